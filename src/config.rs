@@ -1,0 +1,236 @@
+//! Configuration: flags or `WAITROOM_*` environment variables, with defaults that point at the
+//! local stack (`scripts/stack up`), so `waitroom serve` runs bare on a developer machine.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Development-only secrets: refused when `WAITROOM_ENV=production`.
+pub const DEV_ADMIN_TOKEN: &str = "dev-admin-token";
+/// Development-only token signing key.
+pub const DEV_TOKEN_SECRET: &str = "dev-token-secret-do-not-use-in-production";
+
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(name = "waitroom", version, about = "A virtual waiting room and seat gate")]
+pub struct Cli {
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands: the service and its operations tasks.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the HTTP API and run the admission scheduler.
+    Serve(Box<Config>),
+    /// Apply the database migrations and exit.
+    Migrate(DbConfig),
+    /// Exit 0 when the service at URL answers /healthz.
+    Healthcheck {
+        /// Base URL of the service.
+        #[arg(long, env = "WAITROOM_URL", default_value = "http://127.0.0.1:8080")]
+        url: String,
+    },
+}
+
+/// Everything `serve` needs.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "serve")]
+pub struct Config {
+    /// `development` or `production` (production refuses the built-in dev secrets).
+    #[arg(long, env = "WAITROOM_ENV", default_value = "development")]
+    pub env: String,
+    /// This instance's id in admission leases (default: host, pid and a random suffix).
+    #[arg(long, env = "WAITROOM_INSTANCE_ID")]
+    pub instance_id: Option<String>,
+    #[command(flatten)]
+    pub http: HttpConfig,
+    #[command(flatten)]
+    pub redis: RedisConfig,
+    #[command(flatten)]
+    pub db: DbConfig,
+    #[command(flatten)]
+    pub kafka: KafkaConfig,
+    #[command(flatten)]
+    pub auth: AuthConfig,
+    #[command(flatten)]
+    pub admission: AdmissionConfig,
+}
+
+/// HTTP listener and per-client limits.
+#[derive(Debug, Clone, Args)]
+pub struct HttpConfig {
+    /// Listen address (port 0 picks a free port).
+    #[arg(long = "http-addr", env = "WAITROOM_HTTP_ADDR", default_value = "127.0.0.1:8080")]
+    pub addr: SocketAddr,
+    /// Requests per second one client (user id or ticket) may make; 0 turns the limit off.
+    #[arg(long, env = "WAITROOM_CLIENT_RATE_PER_SECOND", default_value_t = 5)]
+    pub client_rate_per_second: u32,
+    /// Requests one client may make in a burst above the steady rate.
+    #[arg(long, env = "WAITROOM_CLIENT_BURST", default_value_t = 20)]
+    pub client_burst: u32,
+    /// How long to let in-flight requests finish on shutdown, seconds.
+    #[arg(long, env = "WAITROOM_DRAIN_SECONDS", default_value_t = 10)]
+    pub drain_seconds: u64,
+}
+
+/// How Redis is deployed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RedisMode {
+    /// Ask the first node (`INFO cluster`).
+    Auto,
+    /// A Redis Cluster.
+    Cluster,
+    /// One non-cluster Redis (hash tags are kept, so scripts are the same).
+    Standalone,
+}
+
+/// Redis connection settings.
+#[derive(Debug, Clone, Args)]
+pub struct RedisConfig {
+    /// Comma-separated seed nodes.
+    #[arg(
+        long = "redis-nodes",
+        env = "WAITROOM_REDIS_NODES",
+        value_delimiter = ',',
+        default_value = "redis://127.0.0.1:7000,redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003,redis://127.0.0.1:7004,redis://127.0.0.1:7005"
+    )]
+    pub nodes: Vec<String>,
+    /// Cluster or not.
+    #[arg(long = "redis-mode", env = "WAITROOM_REDIS_MODE", value_enum, default_value_t = RedisMode::Auto)]
+    pub mode: RedisMode,
+    /// Prefix of every key (lets several deployments or tests share one cluster).
+    #[arg(long, env = "WAITROOM_KEY_PREFIX", default_value = "wr")]
+    pub key_prefix: String,
+    /// Connection timeout, ms.
+    #[arg(long = "redis-connect-timeout-ms", env = "WAITROOM_REDIS_CONNECT_TIMEOUT_MS", default_value_t = 1000)]
+    pub connect_timeout_ms: u64,
+    /// Response timeout per request, ms.
+    #[arg(long = "redis-response-timeout-ms", env = "WAITROOM_REDIS_RESPONSE_TIMEOUT_MS", default_value_t = 1000)]
+    pub response_timeout_ms: u64,
+}
+
+/// PostgreSQL settings.
+#[derive(Debug, Clone, Args)]
+pub struct DbConfig {
+    /// PostgreSQL URL.
+    #[arg(
+        long = "database-url",
+        env = "WAITROOM_DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/waitroom"
+    )]
+    pub url: Secret,
+}
+
+/// Kafka settings.
+#[derive(Debug, Clone, Args)]
+pub struct KafkaConfig {
+    /// Bootstrap servers.
+    #[arg(long = "kafka-brokers", env = "WAITROOM_KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
+    pub brokers: String,
+}
+
+/// Tokens.
+#[derive(Debug, Clone, Args)]
+pub struct AuthConfig {
+    /// Bearer token for /admin (a dev value when unset; required in production).
+    #[arg(long, env = "WAITROOM_ADMIN_TOKEN")]
+    pub admin_token: Option<Secret>,
+    /// Key that signs access tokens and derives tickets; all instances share it.
+    #[arg(long, env = "WAITROOM_TOKEN_SECRET")]
+    pub token_secret: Option<Secret>,
+}
+
+/// The admission scheduler.
+#[derive(Debug, Clone, Args)]
+pub struct AdmissionConfig {
+    /// Admission tick, ms.
+    #[arg(long, env = "WAITROOM_ADMISSION_TICK_MS", default_value_t = 100)]
+    pub tick_ms: u64,
+    /// Lease length, ms: another instance takes over this long after the leader dies.
+    #[arg(long, env = "WAITROOM_LEASE_MS", default_value_t = 3000)]
+    pub lease_ms: u64,
+    /// Do not run the admission scheduler in this process (serve HTTP only).
+    #[arg(long, env = "WAITROOM_NO_ADMISSION", default_value_t = false)]
+    pub no_admission: bool,
+}
+
+impl Config {
+    /// Resolves the secrets, refusing dev values in production.
+    pub fn secrets(&self) -> anyhow::Result<(String, String)> {
+        let production = self.env == "production";
+        let admin = match &self.auth.admin_token {
+            Some(s) if !s.0.is_empty() => s.0.clone(),
+            _ if production => anyhow::bail!("WAITROOM_ADMIN_TOKEN is required in production"),
+            _ => DEV_ADMIN_TOKEN.to_owned(),
+        };
+        let secret = match &self.auth.token_secret {
+            Some(s) if !s.0.is_empty() => s.0.clone(),
+            _ if production => anyhow::bail!("WAITROOM_TOKEN_SECRET is required in production"),
+            _ => DEV_TOKEN_SECRET.to_owned(),
+        };
+        if production && (admin == DEV_ADMIN_TOKEN || secret == DEV_TOKEN_SECRET) {
+            anyhow::bail!("the development secrets are refused when WAITROOM_ENV=production");
+        }
+        Ok((admin, secret))
+    }
+}
+
+/// A string that never shows in logs or `Debug` output.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl Secret {
+    /// The secret value; call only where it is used.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+impl FromStr for Secret {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Secret(s.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_serve_points_at_the_local_stack() {
+        let cfg = Config::try_parse_from(["serve"]).unwrap();
+        assert_eq!(cfg.http.addr.to_string(), "127.0.0.1:8080");
+        assert_eq!(cfg.redis.nodes.len(), 6);
+        assert_eq!(cfg.kafka.brokers, "127.0.0.1:9092");
+        assert_eq!(cfg.secrets().unwrap().0, DEV_ADMIN_TOKEN);
+    }
+
+    #[test]
+    fn production_refuses_dev_secrets() {
+        let mut cfg = Config::try_parse_from(["serve", "--env", "production"]).unwrap();
+        cfg.auth = AuthConfig { admin_token: None, token_secret: None };
+        assert!(cfg.secrets().is_err());
+        cfg.auth.admin_token = Some(Secret("a".into()));
+        cfg.auth.token_secret = Some(Secret(DEV_TOKEN_SECRET.into()));
+        assert!(cfg.secrets().is_err());
+        cfg.auth.token_secret = Some(Secret("s".into()));
+        assert_eq!(cfg.secrets().unwrap(), ("a".into(), "s".into()));
+    }
+
+    #[test]
+    fn secrets_do_not_print() {
+        assert_eq!(format!("{:?}", Secret("hunter2".into())), "Secret(***)");
+    }
+}

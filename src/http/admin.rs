@@ -1,0 +1,89 @@
+//! Admin endpoints: create, update and inspect events. Bearer admin token required.
+
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
+use axum::http::{header, StatusCode};
+use axum::routing::put;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use waitroom_strategies::StrategyKind;
+
+use super::{ApiError, ApiJson, AppState};
+use crate::auth::constant_time_eq;
+use crate::ids::EventId;
+use crate::queue::event::EventPatch;
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/admin/v1/events/{event}", put(put_event).get(get_event))
+        .route("/admin/v1/events/{event}/strategy", put(put_strategy))
+}
+
+/// Proof that the request carried the admin token.
+pub struct Admin;
+
+impl FromRequestParts<AppState> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let token = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or(ApiError::Unauthorized("an admin bearer token is required"))?;
+        if constant_time_eq(token.as_bytes(), state.admin_token.as_bytes()) {
+            Ok(Admin)
+        } else {
+            Err(ApiError::Unauthorized("the admin token is not valid"))
+        }
+    }
+}
+
+#[tracing::instrument(skip_all, fields(event = %event))]
+async fn put_event(
+    _: Admin,
+    State(state): State<AppState>,
+    Path(event): Path<String>,
+    ApiJson(patch): ApiJson<EventPatch>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let event = EventId::parse(&event)?;
+    let (config, created) = state.queue.put_event(&event, &patch).await?;
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(json!({"event": event.as_str(), "config": config}))))
+}
+
+#[tracing::instrument(skip_all, fields(event = %event))]
+async fn get_event(
+    _: Admin,
+    State(state): State<AppState>,
+    Path(event): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let event = EventId::parse(&event)?;
+    let config = state.queue.event_config(&event).await?;
+    let stats = state.queue.stats(&event, &config).await?;
+    Ok(Json(json!({"event": event.as_str(), "config": config, "stats": stats})))
+}
+
+/// Body of a strategy change.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StrategyRequest {
+    strategy: StrategyKind,
+}
+
+#[tracing::instrument(skip_all, fields(event = %event))]
+async fn put_strategy(
+    _: Admin,
+    State(state): State<AppState>,
+    Path(event): Path<String>,
+    ApiJson(body): ApiJson<StrategyRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let event = EventId::parse(&event)?;
+    state.queue.event_config(&event).await?;
+    let patch = EventPatch { strategy: Some(body.strategy), ..Default::default() };
+    let (config, _) = state.queue.put_event(&event, &patch).await?;
+    Ok(Json(json!({"event": event.as_str(), "strategy": config.strategy})))
+}

@@ -1,0 +1,135 @@
+//! `ApiError`: the one place a domain failure becomes an HTTP status and an error code.
+//!
+//! Every error body is `{"error": "<code>", "message": "<sentence>"}` (shared/API.md). A 5xx
+//! never carries internals: the cause is logged, the body stays opaque.
+
+use axum::extract::rejection::JsonRejection;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::ids::BadId;
+use crate::queue::QueueError;
+use crate::telemetry;
+
+/// Seconds a client should wait before retrying after a 503.
+pub const RETRY_AFTER_UNAVAILABLE: u64 = 2;
+
+/// An error answer of the API.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400 `bad_request`.
+    #[error("{0}")]
+    BadRequest(String),
+    /// 401 `unauthorized`.
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    /// 403 `forbidden`.
+    #[error("{0}")]
+    Forbidden(&'static str),
+    /// 404 `not_found`.
+    #[error("{0}")]
+    NotFound(String),
+    /// 409 `event_closed`.
+    #[error("{0}")]
+    EventClosed(String),
+    /// 409 `conflict`.
+    #[error("{0}")]
+    Conflict(String),
+    /// 413 `payload_too_large`.
+    #[error("the request body is over 64 KiB")]
+    PayloadTooLarge,
+    /// 429 `rate_limited`, with the seconds to wait.
+    #[error("too many requests from this client")]
+    RateLimited(u64),
+    /// 503 `unavailable`: a back end could not answer; nothing was decided.
+    #[error("{0}")]
+    Unavailable(&'static str),
+}
+
+impl ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::EventClosed(_) | ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    fn code(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest(_) => "bad_request",
+            ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::Forbidden(_) => "forbidden",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::EventClosed(_) => "event_closed",
+            ApiError::Conflict(_) => "conflict",
+            ApiError::PayloadTooLarge => "payload_too_large",
+            ApiError::RateLimited(_) => "rate_limited",
+            ApiError::Unavailable(_) => "unavailable",
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = Json(json!({"error": self.code(), "message": self.to_string()}));
+        let retry_after = match &self {
+            ApiError::RateLimited(s) => Some(*s),
+            ApiError::Unavailable(_) => Some(RETRY_AFTER_UNAVAILABLE),
+            _ => None,
+        };
+        let mut resp = (self.status_code(), body).into_response();
+        if let Some(s) = retry_after {
+            resp.headers_mut().insert(header::RETRY_AFTER, s.into());
+        }
+        resp
+    }
+}
+
+impl From<QueueError> for ApiError {
+    fn from(e: QueueError) -> Self {
+        match e {
+            QueueError::UnknownEvent => ApiError::NotFound("no such event".into()),
+            QueueError::UnknownTicket => ApiError::NotFound("no such ticket in this event".into()),
+            QueueError::EventClosed(state) => ApiError::EventClosed(format!("the event is {state}")),
+            QueueError::Invalid(m) => ApiError::BadRequest(m),
+            QueueError::Conflict(m) => ApiError::Conflict(m),
+            QueueError::CorruptConfig => {
+                tracing::error!("event configuration unreadable");
+                ApiError::Unavailable("the event's configuration cannot be read; try again later")
+            }
+            QueueError::WrongType => {
+                tracing::error!("queue key of the wrong type persisted after repair");
+                ApiError::Unavailable("the waiting line is being repaired; try again shortly")
+            }
+            QueueError::Redis(e) => {
+                metrics::counter!(telemetry::REDIS_UNAVAILABLE).increment(1);
+                tracing::error!(error = ?e, "redis unavailable");
+                ApiError::Unavailable("the waiting line cannot be reached right now; try again shortly")
+            }
+        }
+    }
+}
+
+impl From<BadId> for ApiError {
+    fn from(e: BadId) -> Self {
+        ApiError::BadRequest(e.to_string())
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> Self {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge
+        } else {
+            ApiError::BadRequest(format!("invalid JSON body: {}", r.body_text()))
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! The HTTP layer: shared state, the router, and the pieces every handler uses.
+//!
+//! Handlers only extract, call a domain function and map the result; each `http/*.rs` exports
+//! `router()`, merged here.
+
+pub mod admin;
+pub mod error;
+pub mod ops;
+pub mod queue;
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Request};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use tower_http::catch_panic::CatchPanicLayer;
+
+use crate::queue::Queue;
+use crate::telemetry;
+pub use error::ApiError;
+use ops::Readiness;
+
+/// Largest request body accepted (shared/API.md: 413 above 64 KiB).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// State shared by all handlers.
+#[derive(Clone)]
+pub struct AppState {
+    /// The waiting room.
+    pub queue: Arc<Queue>,
+    /// Bearer token for /admin.
+    pub admin_token: Arc<str>,
+    /// Per-client request limiter (None when turned off).
+    pub limiter: Option<Arc<DefaultKeyedRateLimiter<String>>>,
+    /// Back ends checked by /readyz.
+    pub readiness: Arc<Readiness>,
+}
+
+impl AppState {
+    /// Builds the limiter from a steady rate and a burst; `rate == 0` turns it off.
+    pub fn client_limiter(rate: u32, burst: u32) -> Option<Arc<DefaultKeyedRateLimiter<String>>> {
+        let rate = NonZeroU32::new(rate)?;
+        let burst = NonZeroU32::new(burst).unwrap_or(rate);
+        Some(Arc::new(RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst))))
+    }
+
+    /// Counts one request of `client` against its limit: 429 with `Retry-After` when over.
+    pub fn limit(&self, client: &str) -> Result<(), ApiError> {
+        let Some(limiter) = &self.limiter else { return Ok(()) };
+        limiter.check_key(&client.to_owned()).map_err(|not_until| {
+            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            ApiError::RateLimited(wait.as_secs_f64().ceil().max(1.0) as u64)
+        })
+    }
+}
+
+/// A JSON body whose rejections are API errors (400, or 413 over the body limit).
+#[derive(FromRequest)]
+#[from_request(via(axum::Json), rejection(ApiError))]
+pub struct ApiJson<T>(pub T);
+
+impl<T: serde::Serialize> IntoResponse for ApiJson<T> {
+    fn into_response(self) -> Response {
+        axum::Json(self.0).into_response()
+    }
+}
+
+/// The whole API.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .merge(queue::router())
+        .merge(admin::router())
+        .merge(ops::router())
+        .fallback(|| async { ApiError::NotFound("no such route".into()) })
+        .layer(middleware::from_fn(track_metrics))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(CatchPanicLayer::custom(|_| {
+            tracing::error!("handler panicked");
+            let body = axum::Json(serde_json::json!({"error": "internal", "message": "internal error"}));
+            (axum::http::StatusCode::INTERNAL_SERVER_ERROR, body).into_response()
+        }))
+        .with_state(state)
+}
+
+/// Records request count and latency by matched route (not raw path: bounded label values).
+async fn track_metrics(req: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let method = req.method().to_string();
+    let resp = next.run(req).await;
+    let status = resp.status().as_u16().to_string();
+    metrics::counter!(telemetry::HTTP_REQUESTS, "route" => route.clone(), "method" => method.clone(), "status" => status)
+        .increment(1);
+    metrics::histogram!(telemetry::HTTP_LATENCY, "route" => route, "method" => method)
+        .record(start.elapsed().as_secs_f64());
+    resp
+}
+

@@ -1,0 +1,108 @@
+//! Operations endpoints: `/metrics`, `/healthz` (the process is up), `/readyz` (every back end
+//! answers: Redis Cluster, Kafka, PostgreSQL).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use rdkafka::producer::{BaseProducer, Producer as _};
+use serde_json::json;
+use sqlx::PgPool;
+
+use super::AppState;
+use crate::redis::RedisConn;
+
+/// How long each readiness probe may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/metrics", get(get_metrics))
+        .route("/healthz", get(get_health))
+        .route("/readyz", get(get_ready))
+}
+
+/// The back ends `/readyz` checks.
+pub struct Readiness {
+    /// PostgreSQL pool (connects lazily).
+    pub db: PgPool,
+    /// A Kafka client used only for metadata requests.
+    pub kafka: Arc<BaseProducer>,
+}
+
+async fn get_metrics() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        crate::telemetry::metrics_handle().render(),
+    )
+}
+
+async fn get_health() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn get_ready(State(state): State<AppState>) -> impl IntoResponse {
+    let (redis, db, kafka) = tokio::join!(
+        probe_redis(state.queue.conn.clone()),
+        probe_db(&state.readiness.db),
+        probe_kafka(state.readiness.kafka.clone()),
+    );
+    let ok = redis.is_ok() && db.is_ok() && kafka.is_ok();
+    let show = |r: &Result<(), String>| match r {
+        Ok(()) => json!("ok"),
+        Err(e) => json!(e),
+    };
+    let body = json!({"redis": show(&redis), "postgres": show(&db), "kafka": show(&kafka)});
+    if ok {
+        (StatusCode::OK, Json(json!({"status": "ready", "checks": body}))).into_response()
+    } else {
+        let mut resp = (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"error": "unavailable", "message": "a back end is not reachable", "checks": body})),
+        )
+            .into_response();
+        resp.headers_mut().insert(header::RETRY_AFTER, 2.into());
+        resp
+    }
+}
+
+async fn probe_redis(mut conn: RedisConn) -> Result<(), String> {
+    let probe = async {
+        if conn.is_cluster() {
+            let info: String = redis::cmd("CLUSTER").arg("INFO").query_async(&mut conn).await.map_err(|e| e.to_string())?;
+            if !info.contains("cluster_state:ok") {
+                return Err("cluster_state is not ok".to_owned());
+            }
+            Ok(())
+        } else {
+            redis::cmd("PING").query_async::<String>(&mut conn).await.map(|_| ()).map_err(|e| e.to_string())
+        }
+    };
+    tokio::time::timeout(PROBE_TIMEOUT, probe).await.map_err(|_| "timed out".to_owned())?
+}
+
+async fn probe_db(db: &PgPool) -> Result<(), String> {
+    let probe = sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(db);
+    match tokio::time::timeout(PROBE_TIMEOUT, probe).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("timed out".to_owned()),
+    }
+}
+
+async fn probe_kafka(kafka: Arc<BaseProducer>) -> Result<(), String> {
+    tokio::task::spawn_blocking(move || {
+        kafka
+            .client()
+            .fetch_metadata(None, PROBE_TIMEOUT)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}

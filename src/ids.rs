@@ -1,0 +1,130 @@
+//! Identifiers checked once, at the edge: a value of these types is always well-formed.
+//!
+//! Forms (shared/API.md): event and show ids `^[a-z0-9][a-z0-9_-]{0,63}$`; seat ids
+//! `^[A-Za-z0-9-]{1,16}$`; user ids 1–128 characters of `[A-Za-z0-9._:@-]`; tickets are UUIDs.
+
+use std::fmt;
+
+use uuid::Uuid;
+
+/// An id that does not have the allowed form.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} {value:?} is not of the allowed form")]
+pub struct BadId {
+    /// Which kind of id.
+    pub what: &'static str,
+    /// The rejected value (truncated).
+    pub value: String,
+}
+
+fn bad(what: &'static str, value: &str) -> BadId {
+    BadId { what, value: value.chars().take(80).collect() }
+}
+
+fn is_slug(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 64
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_' || *c == b'-')
+}
+
+/// An event id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EventId(String);
+
+impl EventId {
+    /// Checks the form.
+    pub fn parse(s: &str) -> Result<Self, BadId> {
+        is_slug(s).then(|| EventId(s.to_owned())).ok_or_else(|| bad("event id", s))
+    }
+
+    /// The id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A user id as the client names it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct UserId(String);
+
+impl UserId {
+    /// Checks the form.
+    pub fn parse(s: &str) -> Result<Self, BadId> {
+        let ok = !s.is_empty()
+            && s.len() <= 128
+            && s.bytes().all(|c| c.is_ascii_alphanumeric() || b"._:@-".contains(&c));
+        ok.then(|| UserId(s.to_owned())).ok_or_else(|| bad("user_id", s))
+    }
+
+    /// The id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A ticket: the server-issued UUID of one person's place in one event's line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Ticket(Uuid);
+
+impl Ticket {
+    /// Checks the form (any UUID; whether it exists is Redis's answer, a 404).
+    pub fn parse(s: &str) -> Result<Self, BadId> {
+        Uuid::parse_str(s).map(Ticket).map_err(|_| bad("ticket", s))
+    }
+
+    /// Wraps a UUID the server made.
+    pub fn from_uuid(u: Uuid) -> Self {
+        Ticket(u)
+    }
+
+    /// Hyphenated lowercase form: the sorted-set member and the wire form.
+    pub fn to_member(self) -> String {
+        self.0.hyphenated().to_string()
+    }
+}
+
+impl fmt::Display for Ticket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.hyphenated().fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_ids_follow_the_contract() {
+        assert!(EventId::parse("topgun-open").is_ok());
+        assert!(EventId::parse("0_a-b").is_ok());
+        assert!(EventId::parse(&"a".repeat(64)).is_ok());
+        for bad in ["", "-a", "_a", "A", "a b", "a{b}", "é", &"a".repeat(65)] {
+            assert!(EventId::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn user_ids_follow_the_contract() {
+        assert!(UserId::parse("alice@example.com:1._-").is_ok());
+        assert!(UserId::parse(&"u".repeat(128)).is_ok());
+        for bad in ["", "a b", "a/b", "ü", &"u".repeat(129)] {
+            assert!(UserId::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn tickets_are_uuids() {
+        let t = Ticket::parse("7C0D7D0E-8C0A-4A43-9D7E-3F5CF1F0B2A1").unwrap();
+        assert_eq!(t.to_member(), "7c0d7d0e-8c0a-4a43-9d7e-3f5cf1f0b2a1");
+        assert!(Ticket::parse("not-a-uuid").is_err());
+    }
+}

@@ -1,0 +1,258 @@
+//! Events: their configuration, the registry of events, and a short-lived per-instance cache.
+//!
+//! The configuration lives in Redis (`<p>:{event}:cfg`, JSON) so every instance sees the same
+//! one. Instances cache it for [`CACHE_TTL`] at most: an admin change (a new strategy, a pause)
+//! reaches every instance within that time — the contract asks for one second.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands as _;
+use serde::{Deserialize, Serialize};
+use waitroom_strategies::StrategyKind;
+
+use super::QueueError;
+use crate::ids::EventId;
+use crate::redis::keys::Keys;
+use crate::redis::RedisConn;
+
+/// How long an instance may use a cached configuration.
+pub const CACHE_TTL: Duration = Duration::from_millis(500);
+
+/// Whether people may enter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventState {
+    /// Entering and admission run.
+    Open,
+    /// Nobody may enter and nobody is admitted; the line keeps its order.
+    Paused,
+    /// The sale is over: nobody may enter, nobody is admitted.
+    Closed,
+}
+
+/// An event's configuration (the body of `PUT /admin/v1/events/{event}`, completed).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventConfig {
+    /// Number of shards of the waiting line.
+    pub shards: u32,
+    /// Most active sessions at once.
+    pub active_capacity: u64,
+    /// Admissions per second (0 holds admission back).
+    pub admit_per_second: f64,
+    /// Length of an active session, seconds.
+    pub active_ttl_seconds: u64,
+    /// Length of a seat hold, seconds.
+    pub hold_ttl_seconds: u64,
+    /// Most seats in one hold.
+    pub max_seats_per_hold: u32,
+    /// Ordering strategy.
+    pub strategy: StrategyKind,
+    /// Open, paused or closed.
+    pub state: EventState,
+    /// Hash tag of each shard, chosen when the shard count was set (see `redis::keys`).
+    pub shard_tags: Vec<String>,
+}
+
+/// Limits that keep one event from hurting the cluster or the service.
+pub const MAX_SHARDS: u32 = 256;
+
+/// A create-or-update request: every field optional.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventPatch {
+    /// See [`EventConfig::shards`].
+    pub shards: Option<u32>,
+    /// See [`EventConfig::active_capacity`].
+    pub active_capacity: Option<u64>,
+    /// See [`EventConfig::admit_per_second`].
+    pub admit_per_second: Option<f64>,
+    /// See [`EventConfig::active_ttl_seconds`].
+    pub active_ttl_seconds: Option<u64>,
+    /// See [`EventConfig::hold_ttl_seconds`].
+    pub hold_ttl_seconds: Option<u64>,
+    /// See [`EventConfig::max_seats_per_hold`].
+    pub max_seats_per_hold: Option<u32>,
+    /// See [`EventConfig::strategy`].
+    pub strategy: Option<StrategyKind>,
+    /// See [`EventConfig::state`].
+    pub state: Option<EventState>,
+}
+
+impl EventPatch {
+    /// Applies the patch to `base` (or to the defaults for a new event) and checks the result.
+    /// Returns the new configuration without shard tags when the shard count changed.
+    pub fn apply(&self, base: Option<&EventConfig>) -> Result<EventConfig, String> {
+        let d = base.cloned().unwrap_or(EventConfig {
+            shards: 8,
+            active_capacity: 1000,
+            admit_per_second: 100.0,
+            active_ttl_seconds: 600,
+            hold_ttl_seconds: 300,
+            max_seats_per_hold: 4,
+            strategy: StrategyKind::Timestamp,
+            state: EventState::Open,
+            shard_tags: Vec::new(),
+        });
+        let cfg = EventConfig {
+            shards: self.shards.unwrap_or(d.shards),
+            active_capacity: self.active_capacity.unwrap_or(d.active_capacity),
+            admit_per_second: self.admit_per_second.unwrap_or(d.admit_per_second),
+            active_ttl_seconds: self.active_ttl_seconds.unwrap_or(d.active_ttl_seconds),
+            hold_ttl_seconds: self.hold_ttl_seconds.unwrap_or(d.hold_ttl_seconds),
+            max_seats_per_hold: self.max_seats_per_hold.unwrap_or(d.max_seats_per_hold),
+            strategy: self.strategy.unwrap_or(d.strategy),
+            state: self.state.unwrap_or(d.state),
+            shard_tags: if self.shards.is_some_and(|n| n != d.shards) {
+                Vec::new()
+            } else {
+                d.shard_tags
+            },
+        };
+        if !(1..=MAX_SHARDS).contains(&cfg.shards) {
+            return Err(format!("shards must be 1..={MAX_SHARDS}"));
+        }
+        if !(cfg.admit_per_second.is_finite() && (0.0..=1_000_000.0).contains(&cfg.admit_per_second)) {
+            return Err("admit_per_second must be 0..=1000000".into());
+        }
+        if !(1..=86_400).contains(&cfg.active_ttl_seconds) {
+            return Err("active_ttl_seconds must be 1..=86400".into());
+        }
+        if !(1..=86_400).contains(&cfg.hold_ttl_seconds) {
+            return Err("hold_ttl_seconds must be 1..=86400".into());
+        }
+        if !(1..=100).contains(&cfg.max_seats_per_hold) {
+            return Err("max_seats_per_hold must be 1..=100".into());
+        }
+        if cfg.active_capacity > 10_000_000 {
+            return Err("active_capacity must be at most 10000000".into());
+        }
+        if cfg.strategy != StrategyKind::Timestamp {
+            return Err(format!(
+                "strategy {} is not available yet; this build orders by timestamp",
+                cfg.strategy
+            ));
+        }
+        Ok(cfg)
+    }
+}
+
+/// An event as the request path sees it: its configuration and the leader's live figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// The configuration.
+    pub config: EventConfig,
+    /// Admissions per second measured by the admission leader over the last seconds.
+    pub measured_rate: Option<f64>,
+}
+
+/// Reads and caches event configurations.
+pub struct EventStore {
+    keys: Keys,
+    cache: Mutex<HashMap<EventId, (Arc<Event>, Instant)>>,
+}
+
+impl EventStore {
+    /// An empty cache.
+    pub fn new(keys: Keys) -> Self {
+        EventStore { keys, cache: Mutex::new(HashMap::new()) }
+    }
+
+    /// The event, from the cache when fresh.
+    pub async fn get(&self, conn: &mut RedisConn, event: &EventId) -> Result<Arc<Event>, QueueError> {
+        if let Some((ev, at)) = self.cache.lock().expect("cache lock").get(event) {
+            if at.elapsed() < CACHE_TTL {
+                return Ok(ev.clone());
+            }
+        }
+        // Both keys carry the tag {event}: one slot, so one pipeline, one round trip.
+        let (raw, rate): (Option<String>, Option<f64>) = redis::pipe()
+            .get(self.keys.event_config(event.as_str()))
+            .hget(self.keys.event_stats(event.as_str()), "rate")
+            .query_async(conn)
+            .await?;
+        let config = parse_config(event, raw)?.ok_or(QueueError::UnknownEvent)?;
+        let ev = Arc::new(Event { config, measured_rate: rate });
+        self.cache
+            .lock()
+            .expect("cache lock")
+            .insert(event.clone(), (ev.clone(), Instant::now()));
+        Ok(ev)
+    }
+
+    /// The configuration straight from Redis (`None` for an unknown event).
+    pub async fn load(&self, conn: &mut RedisConn, event: &EventId) -> Result<Option<EventConfig>, QueueError> {
+        let raw: Option<String> = conn.get(self.keys.event_config(event.as_str())).await?;
+        parse_config(event, raw)
+    }
+
+    /// Stores a configuration and registers the event.
+    pub async fn save(&self, conn: &mut RedisConn, event: &EventId, cfg: &EventConfig) -> Result<(), QueueError> {
+        let raw = serde_json::to_string(cfg).expect("config serializes");
+        let () = conn.set(self.keys.event_config(event.as_str()), raw).await?;
+        let _: i64 = conn.sadd(self.keys.registry(), event.as_str()).await?;
+        // This instance sees its own change at once; the others within CACHE_TTL.
+        self.cache.lock().expect("cache lock").remove(event);
+        Ok(())
+    }
+
+    /// All registered events.
+    pub async fn registered(&self, conn: &mut RedisConn) -> Result<Vec<EventId>, QueueError> {
+        let ids: Vec<String> = conn.smembers(self.keys.registry()).await?;
+        Ok(ids.iter().filter_map(|s| EventId::parse(s).ok()).collect())
+    }
+
+}
+
+fn parse_config(event: &EventId, raw: Option<String>) -> Result<Option<EventConfig>, QueueError> {
+    match raw {
+        None => Ok(None),
+        Some(raw) => serde_json::from_str(&raw).map(Some).map_err(|e| {
+            tracing::error!(error = %e, event = %event, "stored event configuration is unreadable");
+            QueueError::CorruptConfig
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_event_gets_defaults_and_a_patch_overrides_them() {
+        let cfg = EventPatch { shards: Some(4), ..Default::default() }.apply(None).unwrap();
+        assert_eq!(cfg.shards, 4);
+        assert_eq!(cfg.state, EventState::Open);
+        assert_eq!(cfg.strategy, StrategyKind::Timestamp);
+        let paused = EventPatch { state: Some(EventState::Paused), ..Default::default() }
+            .apply(Some(&cfg))
+            .unwrap();
+        assert_eq!(paused.shards, 4);
+        assert_eq!(paused.state, EventState::Paused);
+    }
+
+    #[test]
+    fn changing_the_shard_count_drops_the_old_tags() {
+        let mut cfg = EventPatch::default().apply(None).unwrap();
+        cfg.shard_tags = vec!["{e:0}".into(); 8];
+        let same = EventPatch { shards: Some(8), ..Default::default() }.apply(Some(&cfg)).unwrap();
+        assert_eq!(same.shard_tags.len(), 8);
+        let other = EventPatch { shards: Some(2), ..Default::default() }.apply(Some(&cfg)).unwrap();
+        assert!(other.shard_tags.is_empty());
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused() {
+        for patch in [
+            EventPatch { shards: Some(0), ..Default::default() },
+            EventPatch { shards: Some(MAX_SHARDS + 1), ..Default::default() },
+            EventPatch { admit_per_second: Some(-1.0), ..Default::default() },
+            EventPatch { admit_per_second: Some(f64::NAN), ..Default::default() },
+            EventPatch { active_ttl_seconds: Some(0), ..Default::default() },
+            EventPatch { max_seats_per_hold: Some(0), ..Default::default() },
+        ] {
+            assert!(patch.apply(None).is_err(), "{patch:?} accepted");
+        }
+    }
+}

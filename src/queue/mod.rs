@@ -1,0 +1,499 @@
+//! The waiting room: enter, poll, leave, event administration, and admission.
+//!
+//! A line is N Redis sorted sets (shards). A ticket lives in shard `crc16(ticket) mod N`; each
+//! operation on one person runs one Lua script in that shard's slot, and a position adds the
+//! counts of those ahead in the other shards, read concurrently over the multiplexed
+//! connection (one round trip per node). The ordering rules themselves are in the pure
+//! `waitroom-strategies` crate.
+//!
+//! Invariant: a person is in at most one of their shard's two sets (waiting, active), and every
+//! move between them is one atomic script — nobody is lost between the two or admitted twice.
+
+pub mod admission;
+pub mod event;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use futures::future::try_join_all;
+use redis::{AsyncCommands as _, RedisError};
+use serde::Serialize;
+use waitroom_strategies::timestamp;
+
+use crate::auth::{AccessClaims, Signer};
+use crate::ids::{EventId, Ticket, UserId};
+use crate::redis::keys::{choose_tags, Keys, ShardKeys};
+use crate::redis::scripts::Scripts;
+use crate::redis::{classify, primaries, Fault, RedisConn};
+use event::{Event, EventConfig, EventPatch, EventState, EventStore};
+
+/// What can go wrong in the waiting room.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    /// No such event.
+    #[error("unknown event")]
+    UnknownEvent,
+    /// No such ticket in this event (never entered, left, or its session ended).
+    #[error("unknown ticket")]
+    UnknownTicket,
+    /// The event exists but is paused or closed.
+    #[error("the event is {0}")]
+    EventClosed(&'static str),
+    /// A configuration the caller asked for is not allowed.
+    #[error("{0}")]
+    Invalid(String),
+    /// The change would lose people (e.g. resharding a non-empty line).
+    #[error("{0}")]
+    Conflict(String),
+    /// The stored configuration cannot be read.
+    #[error("stored event configuration is unreadable")]
+    CorruptConfig,
+    /// A key held a value of the wrong type (and was quarantined, if we could).
+    #[error("a queue key held the wrong type")]
+    WrongType,
+    /// Redis could not answer.
+    #[error(transparent)]
+    Redis(RedisError),
+}
+
+impl From<RedisError> for QueueError {
+    fn from(e: RedisError) -> Self {
+        match classify(&e) {
+            Fault::WrongType => QueueError::WrongType,
+            Fault::Unavailable => QueueError::Redis(e),
+        }
+    }
+}
+
+/// The status of one ticket, as the contract's "queue status object".
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueueStatus {
+    /// The ticket.
+    pub ticket: String,
+    /// The event id.
+    pub event: String,
+    /// `waiting`, `admitted` or `sold_out`.
+    pub status: &'static str,
+    /// 1-based position while waiting.
+    pub position: Option<u64>,
+    /// Expected wait, from the measured admission rate.
+    pub eta_seconds: Option<f64>,
+    /// When to ask again.
+    pub next_poll_ms: u64,
+    /// Bearer token for the seat endpoints, once admitted.
+    pub access_token: Option<String>,
+    /// When the active session (and the token) ends, Unix seconds; admitted only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_expires_at: Option<u64>,
+}
+
+/// Live figures of one event (`GET /admin/v1/events/{event}`).
+#[derive(Debug, Clone, Serialize)]
+pub struct EventStats {
+    /// People waiting, all shards.
+    pub waiting: u64,
+    /// Active sessions, all shards.
+    pub active: u64,
+    /// Admitted since the event was created.
+    pub admitted_total: u64,
+    /// Waiting per shard.
+    pub shards: Vec<ShardStats>,
+    /// Configured strategy.
+    pub strategy: String,
+    /// Strategy in use right now (differs under `hybrid`).
+    pub effective_strategy: String,
+    /// Instance that admits for this event now, if any.
+    pub admission_leader: Option<String>,
+    /// Admissions per second measured by the leader.
+    pub measured_admit_per_second: Option<f64>,
+}
+
+/// Waiting count of one shard.
+#[derive(Debug, Clone, Serialize)]
+pub struct ShardStats {
+    /// Shard index.
+    pub shard: usize,
+    /// Its hash tag.
+    pub tag: String,
+    /// People waiting in it.
+    pub waiting: u64,
+}
+
+/// The waiting room's state and its Redis handles.
+pub struct Queue {
+    /// Redis connection (cloned per request).
+    pub conn: RedisConn,
+    /// Key builder.
+    pub keys: Keys,
+    /// Lua scripts.
+    pub scripts: Scripts,
+    /// Event configurations.
+    pub events: EventStore,
+    /// Ticket and token signer.
+    pub signer: Signer,
+    clock: ArrivalClock,
+}
+
+impl Queue {
+    /// A waiting room on `conn` under key prefix `keys`.
+    pub fn new(conn: RedisConn, keys: Keys, signer: Signer) -> Self {
+        Queue {
+            conn,
+            events: EventStore::new(keys.clone()),
+            keys,
+            scripts: Scripts::new(),
+            signer,
+            clock: ArrivalClock::default(),
+        }
+    }
+
+    fn shard_of(cfg: &EventConfig, ticket: &Ticket) -> usize {
+        let member = ticket.to_member();
+        crc16::State::<crc16::XMODEM>::calculate(member.as_bytes()) as usize % cfg.shards as usize
+    }
+
+    fn shard_keys(&self, cfg: &EventConfig, shard: usize) -> ShardKeys {
+        self.keys.shard(&cfg.shard_tags[shard])
+    }
+
+    /// Enters `user` into the line of `event` (or returns where they already stand).
+    #[tracing::instrument(skip_all, fields(event = %event))]
+    pub async fn enter(&self, event: &EventId, user: &UserId) -> Result<QueueStatus, QueueError> {
+        let mut conn = self.conn.clone();
+        let ev = self.events.get(&mut conn, event).await?;
+        match ev.config.state {
+            EventState::Open => {}
+            EventState::Paused => return Err(QueueError::EventClosed("paused")),
+            EventState::Closed => return Err(QueueError::EventClosed("closed")),
+        }
+        let ticket = self.signer.ticket(event, user);
+        let result = self.enter_once(&ev, &ticket).await;
+        let result = match result {
+            Err(QueueError::WrongType) => {
+                self.repair(event, &ev.config).await?;
+                self.enter_once(&ev, &ticket).await
+            }
+            other => other,
+        };
+        let standing = result?;
+        Ok(self.view(event, &ev, ticket, standing))
+    }
+
+    async fn enter_once(&self, ev: &Event, ticket: &Ticket) -> Result<Standing, QueueError> {
+        let cfg = &ev.config;
+        let shard = Self::shard_of(cfg, ticket);
+        let k = self.shard_keys(cfg, shard);
+        let raw: (i64, String, u64) = self
+            .scripts
+            .enter
+            .key(&k.waiting)
+            .key(&k.active)
+            .arg(ticket.to_member())
+            .arg(self.clock.next())
+            .arg(now_ms())
+            .arg(cfg.active_ttl_seconds * 1000)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        self.standing(cfg, shard, raw).await
+    }
+
+    /// Where `ticket` stands now.
+    #[tracing::instrument(skip_all, fields(event = %event))]
+    pub async fn poll(&self, event: &EventId, ticket: &Ticket) -> Result<QueueStatus, QueueError> {
+        let mut conn = self.conn.clone();
+        let ev = self.events.get(&mut conn, event).await?;
+        let standing = match self.poll_once(&ev, ticket).await {
+            Err(QueueError::WrongType) => {
+                self.repair(event, &ev.config).await?;
+                self.poll_once(&ev, ticket).await
+            }
+            other => other,
+        }?;
+        Ok(self.view(event, &ev, *ticket, standing))
+    }
+
+    async fn poll_once(&self, ev: &Event, ticket: &Ticket) -> Result<Standing, QueueError> {
+        let cfg = &ev.config;
+        let shard = Self::shard_of(cfg, ticket);
+        let k = self.shard_keys(cfg, shard);
+        let raw: (i64, String, u64) = self
+            .scripts
+            .status
+            .key(&k.waiting)
+            .key(&k.active)
+            .arg(ticket.to_member())
+            .arg(now_ms())
+            .arg(cfg.active_ttl_seconds * 1000)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        self.standing(cfg, shard, raw).await
+    }
+
+    /// Turns a script's `{state, score, rank}` into a standing, counting the other shards.
+    async fn standing(&self, cfg: &EventConfig, shard: usize, raw: (i64, String, u64)) -> Result<Standing, QueueError> {
+        let (state, score, rank) = raw;
+        let score: f64 = score.parse().unwrap_or(0.0);
+        match state {
+            2 => Ok(Standing::Admitted { admitted_at_ms: score as u64 }),
+            1 => {
+                let ahead = self.ahead_in_other_shards(cfg, shard, score).await?;
+                Ok(Standing::Waiting { position: timestamp::position(rank, &ahead) })
+            }
+            _ => Err(QueueError::UnknownTicket),
+        }
+    }
+
+    /// For each other shard, how many wait ahead of a person at `score` in `shard`.
+    async fn ahead_in_other_shards(&self, cfg: &EventConfig, shard: usize, score: f64) -> Result<Vec<u64>, QueueError> {
+        let counts = (0..cfg.shards as usize).filter(|j| *j != shard).map(|j| {
+            let mut conn = self.conn.clone();
+            let key = self.shard_keys(cfg, j).waiting;
+            let (inclusive, bound) = timestamp::count_bound(shard, j, score);
+            let max = if inclusive { format!("{bound}") } else { format!("({bound}") };
+            async move { conn.zcount::<_, _, _, u64>(key, "-inf", max).await }
+        });
+        Ok(try_join_all(counts).await?)
+    }
+
+    /// Takes `ticket` out of the line or ends its active session.
+    #[tracing::instrument(skip_all, fields(event = %event))]
+    pub async fn leave(&self, event: &EventId, ticket: &Ticket) -> Result<(), QueueError> {
+        let mut conn = self.conn.clone();
+        let ev = self.events.get(&mut conn, event).await?;
+        let k = self.shard_keys(&ev.config, Self::shard_of(&ev.config, ticket));
+        let removed: i64 = self
+            .scripts
+            .leave
+            .key(&k.waiting)
+            .key(&k.active)
+            .arg(ticket.to_member())
+            .invoke_async(&mut conn)
+            .await?;
+        if removed == 0 {
+            return Err(QueueError::UnknownTicket);
+        }
+        Ok(())
+    }
+
+    fn view(&self, event: &EventId, ev: &Event, ticket: Ticket, standing: Standing) -> QueueStatus {
+        let cfg = &ev.config;
+        let mut status = QueueStatus {
+            ticket: ticket.to_string(),
+            event: event.to_string(),
+            status: "waiting",
+            position: None,
+            eta_seconds: None,
+            next_poll_ms: 0,
+            access_token: None,
+            access_expires_at: None,
+        };
+        match standing {
+            Standing::Waiting { position } => {
+                let rate = ev
+                    .measured_rate
+                    .filter(|r| *r > 0.0)
+                    .or((cfg.state == EventState::Open && cfg.admit_per_second > 0.0).then_some(cfg.admit_per_second));
+                let advice = advise(position, rate, rand::random_range(0.8..1.2));
+                status.position = Some(position);
+                status.eta_seconds = advice.eta_seconds;
+                status.next_poll_ms = advice.next_poll_ms;
+            }
+            Standing::Admitted { admitted_at_ms } => {
+                let exp = (admitted_at_ms / 1000) + cfg.active_ttl_seconds;
+                status.status = "admitted";
+                status.next_poll_ms = 30_000;
+                status.access_token = Some(self.signer.sign(&AccessClaims {
+                    ev: event.to_string(),
+                    tkt: ticket.to_string(),
+                    exp,
+                }));
+                status.access_expires_at = Some(exp);
+            }
+        }
+        status
+    }
+
+    /// Creates or updates an event. Returns the stored configuration and whether it was new.
+    #[tracing::instrument(skip_all, fields(event = %event))]
+    pub async fn put_event(&self, event: &EventId, patch: &EventPatch) -> Result<(EventConfig, bool), QueueError> {
+        let mut conn = self.conn.clone();
+        let old = self.events.load(&mut conn, event).await?;
+        let mut cfg = patch.apply(old.as_ref()).map_err(QueueError::Invalid)?;
+        if cfg.shard_tags.is_empty() {
+            if let Some(old) = &old {
+                let stats = self.stats(event, old).await?;
+                if stats.waiting > 0 || stats.active > 0 {
+                    return Err(QueueError::Conflict(format!(
+                        "{} people are waiting or active; the shard count can change only when the line is empty",
+                        stats.waiting + stats.active
+                    )));
+                }
+            }
+            let placement = primaries(&mut conn).await?;
+            cfg.shard_tags = choose_tags(event.as_str(), cfg.shards as usize, &placement);
+        }
+        self.events.save(&mut conn, event, &cfg).await?;
+        Ok((cfg, old.is_none()))
+    }
+
+    /// The stored configuration (uncached).
+    pub async fn event_config(&self, event: &EventId) -> Result<EventConfig, QueueError> {
+        self.events
+            .load(&mut self.conn.clone(), event)
+            .await?
+            .ok_or(QueueError::UnknownEvent)
+    }
+
+    /// Live figures of an event, read from every shard.
+    pub async fn stats(&self, event: &EventId, cfg: &EventConfig) -> Result<EventStats, QueueError> {
+        let per_shard = (0..cfg.shards as usize).map(|i| {
+            let mut conn = self.conn.clone();
+            let k = self.shard_keys(cfg, i);
+            async move {
+                redis::pipe()
+                    .zcard(&k.waiting)
+                    .zcard(&k.active)
+                    .get(&k.admitted)
+                    .query_async::<(u64, u64, Option<u64>)>(&mut conn)
+                    .await
+            }
+        });
+        let shards = try_join_all(per_shard).await?;
+        let mut conn = self.conn.clone();
+        let (leader, rate): (Option<String>, Option<f64>) = redis::pipe()
+            .get(self.keys.lease(event.as_str()))
+            .hget(self.keys.event_stats(event.as_str()), "rate")
+            .query_async(&mut conn)
+            .await?;
+        Ok(EventStats {
+            waiting: shards.iter().map(|s| s.0).sum(),
+            active: shards.iter().map(|s| s.1).sum(),
+            admitted_total: shards.iter().map(|s| s.2.unwrap_or(0)).sum(),
+            shards: shards
+                .iter()
+                .enumerate()
+                .map(|(i, s)| ShardStats { shard: i, tag: cfg.shard_tags[i].clone(), waiting: s.0 })
+                .collect(),
+            strategy: cfg.strategy.to_string(),
+            effective_strategy: cfg.strategy.to_string(),
+            admission_leader: leader,
+            measured_admit_per_second: rate,
+        })
+    }
+
+    /// Quarantines any key of the event's shards that holds the wrong type, so that the next
+    /// request works on a fresh key instead of failing forever. The bad value is kept under
+    /// `<key>:wrongtype:<ms>` for an operator to look at.
+    pub async fn repair(&self, event: &EventId, cfg: &EventConfig) -> Result<(), QueueError> {
+        let mut conn = self.conn.clone();
+        for i in 0..cfg.shards as usize {
+            let k = self.shard_keys(cfg, i);
+            for (key, want) in [(&k.waiting, "zset"), (&k.active, "zset"), (&k.admitted, "string")] {
+                let found: String = redis::cmd("TYPE").arg(key).query_async(&mut conn).await?;
+                if found != "none" && found != want {
+                    let aside = format!("{key}:wrongtype:{}", now_ms());
+                    tracing::error!(event = %event, key = %key, found = %found, want, aside = %aside,
+                        "queue key held the wrong type; moved aside");
+                    metrics::counter!(crate::telemetry::WRONGTYPE_REPAIRS).increment(1);
+                    let () = conn.rename(key, &aside).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where a ticket stands, before it is turned into a [`QueueStatus`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Standing {
+    Waiting { position: u64 },
+    Admitted { admitted_at_ms: u64 },
+}
+
+/// Advice to a waiting client.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Advice {
+    /// Expected wait, seconds (None while admission is held back).
+    pub eta_seconds: Option<f64>,
+    /// When to ask again, ms.
+    pub next_poll_ms: u64,
+}
+
+/// Shortest and longest poll interval advised while waiting.
+pub const POLL_MIN_MS: u64 = 1_000;
+/// See [`POLL_MIN_MS`].
+pub const POLL_MAX_MS: u64 = 10_000;
+
+/// The poll interval: about a quarter of the expected wait, between 1 and 10 seconds, times a
+/// per-response `jitter` factor (0.8–1.2) so clients do not poll in lock-step.
+pub fn advise(position: u64, rate: Option<f64>, jitter: f64) -> Advice {
+    let eta_seconds = rate.filter(|r| *r > 0.0).map(|r| position as f64 / r);
+    let base = match eta_seconds {
+        Some(eta) => (eta * 1000.0 / 4.0).clamp(POLL_MIN_MS as f64, POLL_MAX_MS as f64),
+        None => POLL_MAX_MS as f64,
+    };
+    Advice { eta_seconds, next_poll_ms: (base * jitter).round() as u64 }
+}
+
+/// Current time, ms since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// Arrival scores: microseconds since the epoch, strictly increasing within this instance, so
+/// one instance never gives two people the same score and a later enter never scores lower.
+/// Across instances the order is that of their clocks (NTP-synchronised in production).
+#[derive(Debug, Default)]
+struct ArrivalClock {
+    last: AtomicU64,
+}
+
+impl ArrivalClock {
+    fn next(&self) -> u64 {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0);
+        let mut prev = self.last.load(Ordering::Relaxed);
+        loop {
+            let next = now.max(prev + 1);
+            match self.last.compare_exchange_weak(prev, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return next,
+                Err(p) => prev = p,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advice_polls_sooner_near_the_front_and_later_far_back() {
+        let near = advise(5, Some(100.0), 1.0);
+        assert_eq!(near.next_poll_ms, POLL_MIN_MS);
+        assert_eq!(near.eta_seconds, Some(0.05));
+        let far = advise(1_000_000, Some(100.0), 1.0);
+        assert_eq!(far.next_poll_ms, POLL_MAX_MS);
+        let mid = advise(2_000, Some(100.0), 1.0);
+        assert_eq!(mid.next_poll_ms, 5_000);
+        let jittered = advise(2_000, Some(100.0), 1.2);
+        assert_eq!(jittered.next_poll_ms, 6_000);
+    }
+
+    #[test]
+    fn advice_without_a_rate_has_no_eta_and_polls_slowly() {
+        let a = advise(3, None, 1.0);
+        assert_eq!(a.eta_seconds, None);
+        assert_eq!(a.next_poll_ms, POLL_MAX_MS);
+    }
+
+    #[test]
+    fn arrival_scores_strictly_increase() {
+        let c = ArrivalClock::default();
+        let mut last = 0;
+        for _ in 0..10_000 {
+            let n = c.next();
+            assert!(n > last);
+            last = n;
+        }
+    }
+}

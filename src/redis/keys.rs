@@ -1,0 +1,168 @@
+//! Every Redis key waitroom uses, in one place.
+//!
+//! Key map (`<p>` is the configured key prefix, `wr` by default):
+//!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `<p>:events` | set | ids of all events (the registry the admission schedulers walk) |
+//! | `<p>:{<event>}:cfg` | string | the event's configuration, JSON |
+//! | `<p>:{<event>}:stats` | hash | live figures written by the admission leader |
+//! | `<p>:{<event>}:lease` | string | id of the instance that admits for the event (PX) |
+//! | `<p>:<tag>:w` | zset | a shard's waiting line: ticket → arrival score (µs) |
+//! | `<p>:<tag>:a` | zset | a shard's active sessions: ticket → admission time (ms) |
+//! | `<p>:<tag>:n` | string | a shard's admitted-total counter |
+//!
+//! `<tag>` is the shard's hash tag `{<event>:<shard>}`, or `{<event>:<shard>.<salt>}` when a
+//! salt was needed to place the shard on the primary chosen for it (see [`choose_tags`]). All
+//! keys of one shard share the tag and so one slot: every Lua script touches one slot only and
+//! can never fail with CROSSSLOT. Event ids cannot contain `{` or `}`, so a tag cannot be broken.
+
+/// The hash slot of a key, as Redis Cluster computes it (CRC16/XMODEM of the hash tag, or of
+/// the whole key when it has none, mod 16384).
+pub fn slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let hashed = match key.find('{') {
+        Some(open) => match key[open + 1..].find('}') {
+            Some(len) if len > 0 => &bytes[open + 1..open + 1 + len],
+            _ => bytes,
+        },
+        None => bytes,
+    };
+    crc16::State::<crc16::XMODEM>::calculate(hashed) % 16384
+}
+
+/// Key builder for one key prefix.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    prefix: String,
+}
+
+/// The keys of one shard (all in one slot).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardKeys {
+    /// Waiting line (zset).
+    pub waiting: String,
+    /// Active sessions (zset).
+    pub active: String,
+    /// Admitted-total counter (string).
+    pub admitted: String,
+}
+
+impl Keys {
+    /// Keys under `prefix` (tests use a unique prefix each, so they never share state).
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Keys { prefix: prefix.into() }
+    }
+
+    /// The registry of events.
+    pub fn registry(&self) -> String {
+        format!("{}:events", self.prefix)
+    }
+
+    /// An event's configuration (JSON string).
+    pub fn event_config(&self, event: &str) -> String {
+        format!("{}:{{{event}}}:cfg", self.prefix)
+    }
+
+    /// An event's live figures (hash).
+    pub fn event_stats(&self, event: &str) -> String {
+        format!("{}:{{{event}}}:stats", self.prefix)
+    }
+
+    /// An event's admission lease.
+    pub fn lease(&self, event: &str) -> String {
+        format!("{}:{{{event}}}:lease", self.prefix)
+    }
+
+    /// The keys of the shard with hash tag `tag` (as returned by [`shard_tag`]).
+    pub fn shard(&self, tag: &str) -> ShardKeys {
+        ShardKeys {
+            waiting: format!("{}:{tag}:w", self.prefix),
+            active: format!("{}:{tag}:a", self.prefix),
+            admitted: format!("{}:{tag}:n", self.prefix),
+        }
+    }
+}
+
+/// The hash tag of shard `shard` of `event`, with an optional placement salt.
+pub fn shard_tag(event: &str, shard: usize, salt: u32) -> String {
+    if salt == 0 {
+        format!("{{{event}:{shard}}}")
+    } else {
+        format!("{{{event}:{shard}.{salt}}}")
+    }
+}
+
+/// Chooses one hash tag per shard so the shards spread evenly over the cluster's primaries.
+///
+/// `primaries` holds, per primary, the slot ranges it serves (from `CLUSTER SLOTS`). Shard `i`
+/// goes to primary `i mod P`; its tag is the first `{event:i}`, `{event:i.1}`, `{event:i.2}`, …
+/// whose slot that primary serves. With an empty `primaries` (one non-cluster Redis) the plain
+/// tags are used. Placement is decided once, when the shard count is set, and stored with the
+/// event: a later resharding of the cluster moves slots, not keys' names.
+pub fn choose_tags(event: &str, shards: usize, primaries: &[Vec<(u16, u16)>]) -> Vec<String> {
+    (0..shards)
+        .map(|i| {
+            let Some(ranges) = primaries.get(i % primaries.len().max(1)) else {
+                return shard_tag(event, i, 0);
+            };
+            (0..100_000)
+                .map(|salt| shard_tag(event, i, salt))
+                .find(|tag| {
+                    let s = slot(tag);
+                    ranges.iter().any(|(lo, hi)| (*lo..=*hi).contains(&s))
+                })
+                .unwrap_or_else(|| shard_tag(event, i, 0))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_matches_the_values_measured_on_a_real_cluster() {
+        // shared/INFRA.md: q:{ev1:3}:waiting and q:{ev1:3}:active share slot 412; {ev1:4} is 12667.
+        assert_eq!(slot("q:{ev1:3}:waiting"), 412);
+        assert_eq!(slot("q:{ev1:3}:active"), 412);
+        assert_eq!(slot("{ev1:4}"), 12667);
+        // Redis's own documented example: "123456789" hashes to 0x31C3 = 12739.
+        assert_eq!(slot("123456789"), 12739);
+        // An empty tag "{}" does not count: the whole key is hashed.
+        assert_eq!(slot("a{}b"), crc16::State::<crc16::XMODEM>::calculate(b"a{}b") % 16384);
+    }
+
+    #[test]
+    fn all_keys_of_a_shard_share_one_slot() {
+        let keys = Keys::new("wr");
+        let tag = shard_tag("topgun-open", 5, 0);
+        let s = keys.shard(&tag);
+        assert_eq!(slot(&s.waiting), slot(&s.active));
+        assert_eq!(slot(&s.waiting), slot(&s.admitted));
+        assert_eq!(
+            slot(&keys.event_config("ev")),
+            slot(&keys.event_stats("ev"))
+        );
+    }
+
+    #[test]
+    fn chosen_tags_land_on_their_primary_round_robin() {
+        let primaries = vec![vec![(0, 5460)], vec![(5461, 10922)], vec![(10923, 16383)]];
+        let tags = choose_tags("ev1", 8, &primaries);
+        assert_eq!(tags.len(), 8);
+        for (i, tag) in tags.iter().enumerate() {
+            let (lo, hi) = primaries[i % 3][0];
+            assert!((lo..=hi).contains(&slot(tag)), "{tag} not on primary {}", i % 3);
+        }
+        let mut uniq = tags.clone();
+        uniq.sort();
+        uniq.dedup();
+        assert_eq!(uniq.len(), 8);
+    }
+
+    #[test]
+    fn without_a_cluster_the_plain_tags_are_used() {
+        assert_eq!(choose_tags("ev", 2, &[]), vec!["{ev:0}", "{ev:1}"]);
+    }
+}

@@ -1,0 +1,178 @@
+//! The Redis client: one Redis Cluster, or one non-cluster Redis, behind one type.
+//!
+//! [`RedisConn`] is a cheap clone of a multiplexed connection: concurrent requests from many
+//! handlers share one socket per node and are pipelined on the wire. All timeouts are explicit —
+//! redis-rs retries for minutes by default, and a waiting room must answer 503 within a second
+//! or two instead (shared/INFRA.md, "redis crate notes").
+//!
+//! The same code runs on both deployments: keys carry hash tags in both, so moving from one
+//! Redis to a cluster changes no script.
+
+pub mod keys;
+pub mod scripts;
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
+
+use crate::config::{RedisConfig, RedisMode};
+
+/// A connection to either deployment; clone it freely.
+#[derive(Clone)]
+pub enum RedisConn {
+    /// A Redis Cluster (slots, MOVED handling, failover).
+    Cluster(ClusterConnection),
+    /// One non-cluster Redis, reconnecting by itself.
+    Single(ConnectionManager),
+}
+
+impl ConnectionLike for RedisConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            RedisConn::Cluster(c) => c.req_packed_command(cmd),
+            RedisConn::Single(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            RedisConn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            RedisConn::Single(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RedisConn::Cluster(c) => c.get_db(),
+            RedisConn::Single(c) => c.get_db(),
+        }
+    }
+}
+
+impl RedisConn {
+    /// True for a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, RedisConn::Cluster(_))
+    }
+}
+
+/// Connects to the configured deployment, detecting cluster mode when asked to.
+pub async fn connect(cfg: &RedisConfig) -> anyhow::Result<RedisConn> {
+    let connect_timeout = Duration::from_millis(cfg.connect_timeout_ms);
+    let response_timeout = Duration::from_millis(cfg.response_timeout_ms);
+    let first = cfg
+        .nodes
+        .first()
+        .context("WAITROOM_REDIS_NODES names no node")?
+        .clone();
+    let cluster = match cfg.mode {
+        RedisMode::Cluster => true,
+        RedisMode::Standalone => false,
+        RedisMode::Auto => detect_cluster(&first, connect_timeout).await?,
+    };
+    // Bound the whole set-up: an async connect can hang (shared/INFRA.md).
+    let setup = async {
+        if cluster {
+            let client = ClusterClientBuilder::new(cfg.nodes.clone())
+                .connection_timeout(connect_timeout)
+                .response_timeout(response_timeout)
+                .retries(2)
+                .min_retry_wait(50)
+                .max_retry_wait(400)
+                .build()
+                .context("building the Redis Cluster client")?;
+            let conn = client
+                .get_async_connection()
+                .await
+                .context("connecting to the Redis Cluster")?;
+            anyhow::Ok(RedisConn::Cluster(conn))
+        } else {
+            let client = redis::Client::open(first.as_str()).context("parsing the Redis URL")?;
+            let mcfg = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(connect_timeout))
+                .set_response_timeout(Some(response_timeout))
+                .set_number_of_retries(2)
+                .set_max_delay(Duration::from_millis(400));
+            let conn = client
+                .get_connection_manager_with_config(mcfg)
+                .await
+                .context("connecting to Redis")?;
+            anyhow::Ok(RedisConn::Single(conn))
+        }
+    };
+    tokio::time::timeout(connect_timeout * 10, setup)
+        .await
+        .context("Redis connection set-up timed out")?
+}
+
+/// Asks the first node whether it runs in cluster mode (`INFO cluster`).
+async fn detect_cluster(url: &str, timeout: Duration) -> anyhow::Result<bool> {
+    let client = redis::Client::open(url).context("parsing the Redis URL")?;
+    let probe = async {
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        let info: String = redis::cmd("INFO").arg("cluster").query_async(&mut conn).await?;
+        Ok::<_, RedisError>(info.contains("cluster_enabled:1"))
+    };
+    tokio::time::timeout(timeout * 5, probe)
+        .await
+        .with_context(|| format!("no answer from Redis at {url}"))?
+        .with_context(|| format!("asking {url} for its cluster mode"))
+}
+
+/// The slot ranges served by each primary, from `CLUSTER SLOTS`; empty for one non-cluster Redis.
+pub async fn primaries(conn: &mut RedisConn) -> Result<Vec<Vec<(u16, u16)>>, RedisError> {
+    if !conn.is_cluster() {
+        return Ok(Vec::new());
+    }
+    let slots: Vec<Value> = redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await?;
+    let mut by_primary: Vec<(String, Vec<(u16, u16)>)> = Vec::new();
+    for entry in slots {
+        let Value::Array(parts) = entry else { continue };
+        let (Some(Value::Int(lo)), Some(Value::Int(hi)), Some(Value::Array(node))) =
+            (parts.first(), parts.get(1), parts.get(2))
+        else {
+            continue;
+        };
+        let addr = match (node.first(), node.get(1)) {
+            (Some(Value::BulkString(h)), Some(Value::Int(p))) => {
+                format!("{}:{p}", String::from_utf8_lossy(h))
+            }
+            _ => continue,
+        };
+        let range = (*lo as u16, *hi as u16);
+        match by_primary.iter_mut().find(|(a, _)| *a == addr) {
+            Some((_, ranges)) => ranges.push(range),
+            None => by_primary.push((addr, vec![range])),
+        }
+    }
+    // A stable order, so every instance would choose the same placement.
+    by_primary.sort_by_key(|(_, ranges)| ranges.iter().map(|r| r.0).min());
+    Ok(by_primary.into_iter().map(|(_, r)| r).collect())
+}
+
+/// How a Redis failure should be answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// A key holds a value of the wrong type: data to repair, not a reason to retry.
+    WrongType,
+    /// Unreachable, timing out, failing over, or otherwise unable to answer: 503, retry later.
+    Unavailable,
+}
+
+/// Classifies a Redis error.
+pub fn classify(err: &RedisError) -> Fault {
+    if err.code() == Some("WRONGTYPE") || err.to_string().contains("WRONGTYPE") {
+        Fault::WrongType
+    } else {
+        Fault::Unavailable
+    }
+}

@@ -1,0 +1,45 @@
+//! The one place that loads Lua: each script from `lua/`, compiled in with `include_str!`.
+//!
+//! Scripts run with [`redis::Script::invoke_async`], which sends EVALSHA and loads the script
+//! on NOSCRIPT (for instance on a replica just promoted after a failover).
+
+use redis::Script;
+
+/// All Lua scripts of the service.
+pub struct Scripts {
+    /// See `lua/enter.lua`.
+    pub enter: Script,
+    /// See `lua/status.lua`.
+    pub status: Script,
+    /// See `lua/leave.lua`.
+    pub leave: Script,
+    /// See `lua/shard_heads.lua`.
+    pub shard_heads: Script,
+    /// See `lua/admit.lua`.
+    pub admit: Script,
+    /// See `lua/lease.lua`.
+    pub lease: Script,
+    /// See `lua/release.lua`.
+    pub release: Script,
+}
+
+impl Scripts {
+    /// Compiles the scripts' hashes (no I/O).
+    pub fn new() -> Self {
+        Scripts {
+            enter: Script::new(include_str!("../../lua/enter.lua")),
+            status: Script::new(include_str!("../../lua/status.lua")),
+            leave: Script::new(include_str!("../../lua/leave.lua")),
+            shard_heads: Script::new(include_str!("../../lua/shard_heads.lua")),
+            admit: Script::new(include_str!("../../lua/admit.lua")),
+            lease: Script::new(include_str!("../../lua/lease.lua")),
+            release: Script::new(include_str!("../../lua/release.lua")),
+        }
+    }
+}
+
+impl Default for Scripts {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,51 @@
+//! Logging and metrics. Metric names are constants here so dashboards and alert rules can be
+//! checked against them.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tracing_subscriber::EnvFilter;
+
+/// HTTP requests, by `route` (matched path), `method` and `status`.
+pub const HTTP_REQUESTS: &str = "waitroom_http_requests_total";
+/// HTTP request latency in seconds, by `route` and `method`.
+pub const HTTP_LATENCY: &str = "waitroom_http_request_duration_seconds";
+/// People waiting, by `event` (set by the admission leader each tick).
+pub const QUEUE_WAITING: &str = "waitroom_queue_waiting";
+/// Active sessions, by `event` (set by the admission leader each tick).
+pub const QUEUE_ACTIVE: &str = "waitroom_queue_active";
+/// People admitted by this instance, by `event`.
+pub const ADMITTED_TOTAL: &str = "waitroom_admitted_total";
+/// Failed admission ticks, by `event`.
+pub const ADMISSION_ERRORS: &str = "waitroom_admission_errors_total";
+/// Requests answered 503 because Redis could not answer.
+pub const REDIS_UNAVAILABLE: &str = "waitroom_redis_unavailable_total";
+/// Keys found holding the wrong type and moved aside.
+pub const WRONGTYPE_REPAIRS: &str = "waitroom_wrongtype_repairs_total";
+
+/// Sets up the log subscriber (`RUST_LOG`, default `info`); safe to call more than once.
+pub fn init_tracing() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).try_init();
+}
+
+/// The process-wide Prometheus recorder (installed on first use).
+pub fn metrics_handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let buckets = [
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ];
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Full(HTTP_LATENCY.to_owned()), &buckets)
+                .expect("valid buckets")
+                .build_recorder();
+            let handle = recorder.handle();
+            // Another recorder may already be set (a test harness); ours then renders nothing,
+            // which tests of /metrics would notice.
+            let _ = metrics::set_global_recorder(recorder);
+            handle
+        })
+        .clone()
+}
