@@ -36,9 +36,11 @@ impl Application {
         if config.auth.admin_token.is_none() {
             tracing::warn!(admin_token = %admin_token, "no WAITROOM_ADMIN_TOKEN set: using the development admin token");
         }
+        crate::telemetry::metrics_handle();
         let conn = wredis::connect(&config.redis).await?;
         tracing::info!(cluster = conn.is_cluster(), "connected to Redis");
         let queue = Arc::new(Queue::new(conn, Keys::new(config.redis.key_prefix.clone()), Signer::new(&token_secret)));
+        queue.scripts.preload(&mut queue.conn.clone()).await.context("loading the Lua scripts")?;
         let db = PgPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(Duration::from_secs(2))

@@ -38,6 +38,17 @@ impl Scripts {
     }
 }
 
+impl Scripts {
+    /// Loads every script on every node (SCRIPT LOAD is sent to all nodes of a cluster), so the
+    /// first burst of traffic does not pay a NOSCRIPT round trip per request.
+    pub async fn preload(&self, conn: &mut super::RedisConn) -> redis::RedisResult<()> {
+        for s in [&self.enter, &self.status, &self.leave, &self.shard_heads, &self.admit, &self.lease, &self.release] {
+            s.load_async(conn).await?;
+        }
+        Ok(())
+    }
+}
+
 impl Default for Scripts {
     fn default() -> Self {
         Self::new()

@@ -1,1 +1,11 @@
+//! Integration tests: the real service against a real Redis Cluster (scripts/stack up),
+//! plus private Redis processes where a test must kill one.
 
+mod admission;
+mod common;
+mod errors;
+mod failover;
+mod instances;
+mod ops;
+mod queue;
+mod standalone;

@@ -1,0 +1,207 @@
+//! Test harness: `spawn_app()` starts the real service in-process on port 0 with a unique key
+//! prefix, so tests share the stack's Redis Cluster without sharing any state.
+
+pub mod procs;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use clap::Parser as _;
+use redis::AsyncCommands as _;
+use reqwest::{Response, StatusCode};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+use waitroom::config::Config;
+use waitroom::redis::keys::Keys;
+use waitroom::redis::RedisConn;
+use waitroom::startup::Application;
+
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+/// A running service and handles to inspect it.
+pub struct TestApp {
+    pub base: String,
+    pub http: reqwest::Client,
+    pub redis: RedisConn,
+    pub keys: Keys,
+    shutdown: CancellationToken,
+    handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+pub fn unique(name: &str) -> String {
+    format!("{name}{}", &uuid::Uuid::new_v4().simple().to_string()[..10])
+}
+
+/// Config for a test instance: port 0, unique prefix, no per-client limit, fast ticks.
+pub fn test_config(prefix: &str) -> Config {
+    let mut cfg = Config::try_parse_from([
+        "serve",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--key-prefix",
+        prefix,
+        "--admin-token",
+        ADMIN_TOKEN,
+        "--client-rate-per-second",
+        "0",
+    ])
+    .expect("test config parses");
+    cfg.admission.tick_ms = 50;
+    cfg.admission.lease_ms = 1500;
+    // Debug builds of client and server share 2 cores here; under the 200-way concurrent tests a
+    // response can queue for over a second. Production keeps the 1 s default.
+    cfg.redis.response_timeout_ms = 3000;
+    cfg
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {}).await
+}
+
+pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
+    waitroom::telemetry::init_tracing();
+    let prefix = unique("t");
+    let mut cfg = test_config(&prefix);
+    tweak(&mut cfg);
+    let redis_cfg = cfg.redis.clone();
+    let app = Application::build(cfg).await.expect("service builds");
+    let base = format!("http://127.0.0.1:{}", app.port());
+    let shutdown = CancellationToken::new();
+    let handle = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let redis = waitroom::redis::connect(&redis_cfg).await.expect("test redis connection");
+    TestApp {
+        base,
+        http: reqwest::Client::builder().pool_max_idle_per_host(256).build().unwrap(),
+        keys: Keys::new(redis_cfg.key_prefix.clone()),
+        redis,
+        shutdown,
+        handle: Some(handle),
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl TestApp {
+    /// Stops the service and waits for it to exit.
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(h) = self.handle.take() {
+            h.await.unwrap().unwrap();
+        }
+    }
+
+    pub async fn put_event(&self, event: &str, body: Value) -> Response {
+        self.http
+            .put(format!("{}/admin/v1/events/{event}", self.base))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Creates an event and asserts it was created.
+    pub async fn create_event(&self, event: &str, body: Value) {
+        let r = self.put_event(event, body).await;
+        assert_eq!(r.status(), StatusCode::CREATED, "{}", r.text().await.unwrap());
+    }
+
+    pub async fn get_event(&self, event: &str) -> Value {
+        let r = self
+            .http
+            .get(format!("{}/admin/v1/events/{event}", self.base))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        r.json().await.unwrap()
+    }
+
+    pub async fn enter(&self, event: &str, user: &str) -> Response {
+        self.http
+            .post(format!("{}/v1/events/{event}/queue", self.base))
+            .json(&json!({"user_id": user}))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Enters and returns the queue status, asserting 200.
+    pub async fn enter_ok(&self, event: &str, user: &str) -> Value {
+        let r = self.enter(event, user).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        r.json().await.unwrap()
+    }
+
+    pub async fn poll(&self, event: &str, ticket: &str) -> Response {
+        self.http
+            .get(format!("{}/v1/events/{event}/queue/{ticket}", self.base))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn poll_ok(&self, event: &str, ticket: &str) -> Value {
+        let r = self.poll(event, ticket).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        r.json().await.unwrap()
+    }
+
+    pub async fn leave(&self, event: &str, ticket: &str) -> Response {
+        self.http
+            .delete(format!("{}/v1/events/{event}/queue/{ticket}", self.base))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// The event's shard tags, as stored.
+    pub async fn shard_tags(&self, event: &str) -> Vec<String> {
+        let cfg = self.get_event(event).await;
+        serde_json::from_value(cfg["config"]["shard_tags"].clone()).unwrap()
+    }
+
+    /// Every ticket in the event's active sets, read straight from Redis.
+    pub async fn active_tickets(&self, event: &str) -> HashSet<String> {
+        active_tickets(&self.redis, &self.keys, &self.shard_tags(event).await).await
+    }
+}
+
+pub async fn active_tickets(redis: &RedisConn, keys: &Keys, tags: &[String]) -> HashSet<String> {
+    let mut all = HashSet::new();
+    for tag in tags {
+        let members: Vec<String> = redis.clone().zrange(keys.shard(tag).active, 0, -1).await.unwrap();
+        all.extend(members);
+    }
+    all
+}
+
+/// Polls `check` every 50 ms until it returns Some, or panics after `limit`.
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Asserts an error response: exact status and `error` code, with a message.
+pub async fn assert_error(r: Response, status: StatusCode, code: &str) -> Value {
+    assert_eq!(r.status(), status, "expected {status} {code}");
+    let body: Value = r.json().await.expect("error body is JSON");
+    assert_eq!(body["error"], code, "{body}");
+    assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    body
+}

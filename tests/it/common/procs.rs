@@ -1,0 +1,146 @@
+//! Private Redis processes for tests that kill a node: a 6-node cluster or one standalone
+//! server, on their own ports and directories, stopped when dropped.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct RedisProcs {
+    pub ports: Vec<u16>,
+    children: Vec<Option<Child>>,
+    dir: PathBuf,
+}
+
+fn start_node(dir: &std::path::Path, port: u16, cluster: bool) -> Child {
+    let d = dir.join(port.to_string());
+    std::fs::create_dir_all(&d).unwrap();
+    let mut cmd = Command::new("redis-server");
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(&d)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if cluster {
+        cmd.args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"]);
+    }
+    cmd.spawn().expect("redis-server starts")
+}
+
+fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli").arg("-p").arg(port.to_string()).args(args).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn wait_until(limit: Duration, what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+impl RedisProcs {
+    /// One standalone Redis on `port`.
+    pub fn standalone(port: u16) -> Self {
+        let dir = std::env::temp_dir().join(format!("waitroom-test-redis-{port}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let child = start_node(&dir, port, false);
+        wait_until(Duration::from_secs(10), "standalone redis", || cli(port, &["ping"]).contains("PONG"));
+        RedisProcs { ports: vec![port], children: vec![Some(child)], dir }
+    }
+
+    /// A cluster of 3 primaries + 3 replicas on `base..base+6`, ready and fully linked.
+    pub fn cluster(base: u16) -> Self {
+        let dir = std::env::temp_dir().join(format!("waitroom-test-cluster-{base}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let ports: Vec<u16> = (base..base + 6).collect();
+        let children = ports.iter().map(|p| Some(start_node(&dir, *p, true))).collect();
+        for p in &ports {
+            wait_until(Duration::from_secs(10), "cluster node", || cli(*p, &["ping"]).contains("PONG"));
+        }
+        let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "cluster create: {}", String::from_utf8_lossy(&out.stdout));
+        let procs = RedisProcs { ports, children, dir };
+        procs.wait_healthy(Duration::from_secs(30));
+        procs
+    }
+
+    /// Waits until every live node reports cluster_state:ok and 3 replicas are linked.
+    pub fn wait_healthy(&self, limit: Duration) {
+        let live: Vec<u16> = self
+            .ports
+            .iter()
+            .zip(&self.children)
+            .filter(|(_, c)| c.is_some())
+            .map(|(p, _)| *p)
+            .collect();
+        wait_until(limit, "cluster healthy", || {
+            live.iter().all(|p| cli(*p, &["cluster", "info"]).contains("cluster_state:ok"))
+        });
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.ports.iter().map(|p| format!("redis://127.0.0.1:{p}")).collect()
+    }
+
+    /// Port of the primary serving `slot`.
+    pub fn primary_for_slot(&self, slot: u16) -> u16 {
+        // CLUSTER NODES lines: "<id> <ip:port@cport> <flags> <master> <ping> <pong> <epoch> <link> <slots>..."
+        let nodes = cli(self.ports[0], &["cluster", "nodes"]);
+        for line in nodes.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 9 || !f[2].contains("master") || f[2].contains("fail") {
+                continue;
+            }
+            for range in &f[8..] {
+                let (lo, hi) = match range.split_once('-') {
+                    Some((a, b)) => (a.parse::<u16>().unwrap_or(1), b.parse::<u16>().unwrap_or(0)),
+                    None => match range.parse::<u16>() {
+                        Ok(s) => (s, s),
+                        Err(_) => continue,
+                    },
+                };
+                if (lo..=hi).contains(&slot) {
+                    let addr = f[1].split('@').next().unwrap();
+                    return addr.rsplit(':').next().unwrap().parse().unwrap();
+                }
+            }
+        }
+        panic!("no primary serves slot {slot}:\n{nodes}");
+    }
+
+    /// Makes every write so far reach a replica (`WAIT 1`) on each primary.
+    pub fn sync_replicas(&self) {
+        for p in &self.ports {
+            if cli(*p, &["role"]).starts_with("master") {
+                cli(*p, &["wait", "1", "2000"]);
+            }
+        }
+    }
+
+    /// kill -9 of the node on `port`.
+    pub fn kill(&mut self, port: u16) {
+        let i = self.ports.iter().position(|p| *p == port).expect("known port");
+        if let Some(mut c) = self.children[i].take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+}
+
+impl Drop for RedisProcs {
+    fn drop(&mut self) {
+        for c in self.children.iter_mut().flatten() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,204 @@
+//! The waiting line: tickets, positions, re-entry, leave.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use redis::AsyncCommands as _;
+use reqwest::StatusCode;
+use serde_json::json;
+use tokio::sync::Semaphore;
+use waitroom::redis::keys::slot;
+
+use crate::common::{spawn_app, unique};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn five_thousand_concurrent_enters_get_positions_one_to_w_in_arrival_order() {
+    // Arrange: 8 shards, admission held back.
+    let app = Arc::new(spawn_app().await);
+    let ev = unique("e");
+    app.create_event(&ev, json!({"shards": 8, "admit_per_second": 0})).await;
+
+    // Act: 5,000 concurrent enters, then 100 sequential ones.
+    let gate = Arc::new(Semaphore::new(200));
+    let tasks: Vec<_> = (0..5000)
+        .map(|i| {
+            let (app, ev, gate) = (app.clone(), ev.clone(), gate.clone());
+            tokio::spawn(async move {
+                let _permit = gate.acquire().await.unwrap();
+                let s = app.enter_ok(&ev, &format!("user{i}")).await;
+                s["ticket"].as_str().unwrap().to_owned()
+            })
+        })
+        .collect();
+    let mut tickets = Vec::new();
+    for t in tasks {
+        tickets.push(t.await.unwrap());
+    }
+    let mut sequential = Vec::new();
+    for i in 0..100 {
+        let s = app.enter_ok(&ev, &format!("late{i}")).await;
+        sequential.push(s["ticket"].as_str().unwrap().to_owned());
+    }
+
+    // Assert: every enter got its own ticket.
+    let mut uniq = tickets.clone();
+    uniq.extend(sequential.iter().cloned());
+    uniq.sort();
+    uniq.dedup();
+    assert_eq!(uniq.len(), 5100);
+
+    // Positions of everyone, polled concurrently.
+    let all: Vec<String> = tickets.iter().chain(&sequential).cloned().collect();
+    let polls: Vec<_> = all
+        .iter()
+        .map(|t| {
+            let (app, ev, t, gate) = (app.clone(), ev.clone(), t.clone(), gate.clone());
+            tokio::spawn(async move {
+                let _permit = gate.acquire().await.unwrap();
+                let s = app.poll_ok(&ev, &t).await;
+                assert_eq!(s["status"], "waiting");
+                (t, s["position"].as_u64().unwrap())
+            })
+        })
+        .collect();
+    let mut position: HashMap<String, u64> = HashMap::new();
+    for p in polls {
+        let (t, pos) = p.await.unwrap();
+        position.insert(t, pos);
+    }
+    let mut sorted: Vec<u64> = position.values().copied().collect();
+    sorted.sort();
+    assert_eq!(sorted, (1..=5100).collect::<Vec<_>>(), "positions are exactly 1..W");
+
+    // The sequential enters came last and in order.
+    for (i, t) in sequential.iter().enumerate() {
+        assert_eq!(position[t], 5001 + i as u64);
+    }
+
+    // Position order is arrival order: sorted by stored score (then shard, member), the
+    // positions read 1, 2, 3, ...
+    let tags = app.shard_tags(&ev).await;
+    let mut keyed = Vec::new();
+    for (shard, tag) in tags.iter().enumerate() {
+        let members: Vec<(String, f64)> =
+            app.redis.clone().zrange_withscores(app.keys.shard(tag).waiting, 0, -1).await.unwrap();
+        for (m, s) in members {
+            keyed.push((s, shard, m));
+        }
+    }
+    keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    for (i, (_, _, m)) in keyed.iter().enumerate() {
+        assert_eq!(position[m], i as u64 + 1, "ticket {m}");
+    }
+}
+
+#[tokio::test]
+async fn shards_spread_over_every_primary_and_keys_of_a_shard_share_a_slot() {
+    let app = spawn_app().await;
+    let ev = unique("e");
+    app.create_event(&ev, json!({"shards": 8})).await;
+    let tags = app.shard_tags(&ev).await;
+    assert_eq!(tags.len(), 8);
+
+    // Which primary serves each shard's slot, asked from Redis itself.
+    let mut per_primary: HashMap<String, usize> = HashMap::new();
+    for tag in &tags {
+        let k = app.keys.shard(tag);
+        let s: u16 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(&k.waiting).query_async(&mut app.redis.clone()).await.unwrap();
+        assert_eq!(s, slot(&k.waiting));
+        assert_eq!(s, slot(&k.active));
+        let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(&mut app.redis.clone()).await.unwrap();
+        let owner = nodes
+            .lines()
+            .find(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.len() > 8 && f[2].contains("master") && f[8..].iter().any(|r| {
+                    let (lo, hi) = r.split_once('-').map(|(a, b)| (a.parse().unwrap_or(1), b.parse().unwrap_or(0))).unwrap_or((0, 0));
+                    (lo..=hi).contains(&s)
+                })
+            })
+            .map(|l| l.split_whitespace().nth(1).unwrap().to_owned())
+            .expect("a primary serves the slot");
+        *per_primary.entry(owner).or_default() += 1;
+    }
+    let mut counts: Vec<usize> = per_primary.values().copied().collect();
+    counts.sort();
+    assert_eq!(counts, vec![2, 3, 3], "8 shards over 3 primaries spread as evenly as possible");
+}
+
+#[tokio::test]
+async fn re_entering_returns_the_same_ticket_and_never_a_worse_position() {
+    let app = spawn_app().await;
+    let ev = unique("e");
+    app.create_event(&ev, json!({"shards": 4, "admit_per_second": 0})).await;
+    for i in 0..20 {
+        app.enter_ok(&ev, &format!("u{i}")).await;
+    }
+    let first = app.enter_ok(&ev, "alice").await;
+    assert_eq!(first["position"], 21);
+    for i in 20..40 {
+        app.enter_ok(&ev, &format!("u{i}")).await;
+    }
+    // Someone ahead leaves: alice moves up, and re-entering keeps her place.
+    let ahead = app.enter_ok(&ev, "u0").await;
+    assert_eq!(app.leave(&ev, ahead["ticket"].as_str().unwrap()).await.status(), StatusCode::NO_CONTENT);
+    let again = app.enter_ok(&ev, "alice").await;
+    assert_eq!(again["ticket"], first["ticket"]);
+    assert_eq!(again["position"], 20);
+    assert_eq!(again["status"], "waiting");
+    assert!(again["next_poll_ms"].as_u64().unwrap() > 0);
+    assert!(again["access_token"].is_null());
+}
+
+#[tokio::test]
+async fn leaving_removes_the_ticket_and_closes_the_gap() {
+    let app = spawn_app().await;
+    let ev = unique("e");
+    app.create_event(&ev, json!({"shards": 3, "admit_per_second": 0})).await;
+    let a = app.enter_ok(&ev, "a").await;
+    let b = app.enter_ok(&ev, "b").await;
+    let c = app.enter_ok(&ev, "c").await;
+    let (a, b, c) = (a["ticket"].as_str().unwrap(), b["ticket"].as_str().unwrap(), c["ticket"].as_str().unwrap());
+    assert_eq!(app.leave(&ev, b).await.status(), StatusCode::NO_CONTENT);
+    assert_eq!(app.poll(&ev, b).await.status(), StatusCode::NOT_FOUND);
+    assert_eq!(app.leave(&ev, b).await.status(), StatusCode::NOT_FOUND);
+    assert_eq!(app.poll_ok(&ev, a).await["position"], 1);
+    assert_eq!(app.poll_ok(&ev, c).await["position"], 2);
+    // Leaving and entering again puts the user at the back.
+    let b2 = app.enter_ok(&ev, "b").await;
+    assert_eq!(b2["ticket"].as_str().unwrap(), b);
+    assert_eq!(b2["position"], 3);
+}
+
+#[tokio::test]
+async fn poll_interval_is_longer_far_back_and_jittered() {
+    let app = spawn_app().await;
+    let ev = unique("e");
+    // Admission is open but capacity 0: the rate is known, nobody moves.
+    app.create_event(&ev, json!({"shards": 2, "admit_per_second": 10, "active_capacity": 0})).await;
+    let mut last = None;
+    for i in 0..400 {
+        let s = app.enter_ok(&ev, &format!("u{i}")).await;
+        last = Some(s);
+    }
+    let first = app.enter_ok(&ev, "u0").await;
+    let last = last.unwrap();
+    let near: Vec<u64> = futures::future::join_all((0..20).map(|_| app.poll_ok(&ev, first["ticket"].as_str().unwrap())))
+        .await
+        .iter()
+        .map(|s| s["next_poll_ms"].as_u64().unwrap())
+        .collect();
+    let far: Vec<u64> = futures::future::join_all((0..20).map(|_| app.poll_ok(&ev, last["ticket"].as_str().unwrap())))
+        .await
+        .iter()
+        .map(|s| s["next_poll_ms"].as_u64().unwrap())
+        .collect();
+    // Position 1 at 10/s: 1 s base ± 20 %; position 400: 10 s base ± 20 %.
+    assert!(near.iter().all(|ms| (800..=1200).contains(ms)), "{near:?}");
+    assert!(far.iter().all(|ms| (8000..=12000).contains(ms)), "{far:?}");
+    let mut distinct = far.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert!(distinct.len() > 1, "jitter varies between responses: {far:?}");
+    assert_eq!(last["eta_seconds"].as_f64().unwrap(), 40.0);
+}
