@@ -50,7 +50,9 @@ pub struct Signer {
 impl Signer {
     /// A signer for `secret`.
     pub fn new(secret: &str) -> Self {
-        Signer { key: secret.as_bytes().to_vec() }
+        Signer {
+            key: secret.as_bytes().to_vec(),
+        }
     }
 
     fn mac(&self, domain: &[u8], parts: &[&[u8]]) -> HmacSha256 {
@@ -66,7 +68,10 @@ impl Signer {
     /// The ticket of `user` in `event`: the same on every call and every instance.
     pub fn ticket(&self, event: &EventId, user: &UserId) -> Ticket {
         let digest = self
-            .mac(b"waitroom-ticket-v1", &[event.as_str().as_bytes(), user.as_str().as_bytes()])
+            .mac(
+                b"waitroom-ticket-v1",
+                &[event.as_str().as_bytes(), user.as_str().as_bytes()],
+            )
             .finalize()
             .into_bytes();
         let mut bytes = [0u8; 16];
@@ -77,7 +82,10 @@ impl Signer {
     /// An access token for `claims`.
     pub fn sign(&self, claims: &AccessClaims) -> String {
         let body = B64.encode(serde_json::to_vec(claims).expect("claims serialize"));
-        let sig = self.mac(b"waitroom-access-v1", &[body.as_bytes()]).finalize().into_bytes();
+        let sig = self
+            .mac(b"waitroom-access-v1", &[body.as_bytes()])
+            .finalize()
+            .into_bytes();
         format!("{body}.{}", B64.encode(sig))
     }
 
@@ -116,25 +124,50 @@ mod tests {
     #[test]
     fn a_user_gets_one_ticket_per_event() {
         let s = Signer::new("k");
-        assert_eq!(s.ticket(&ev("e1"), &user("alice")), s.ticket(&ev("e1"), &user("alice")));
-        assert_ne!(s.ticket(&ev("e1"), &user("alice")), s.ticket(&ev("e2"), &user("alice")));
-        assert_ne!(s.ticket(&ev("e1"), &user("alice")), s.ticket(&ev("e1"), &user("bob")));
-        assert_ne!(s.ticket(&ev("e1"), &user("alice")), Signer::new("k2").ticket(&ev("e1"), &user("alice")));
+        assert_eq!(
+            s.ticket(&ev("e1"), &user("alice")),
+            s.ticket(&ev("e1"), &user("alice"))
+        );
+        assert_ne!(
+            s.ticket(&ev("e1"), &user("alice")),
+            s.ticket(&ev("e2"), &user("alice"))
+        );
+        assert_ne!(
+            s.ticket(&ev("e1"), &user("alice")),
+            s.ticket(&ev("e1"), &user("bob"))
+        );
+        assert_ne!(
+            s.ticket(&ev("e1"), &user("alice")),
+            Signer::new("k2").ticket(&ev("e1"), &user("alice"))
+        );
         // Length-prefixing: ("ab","c") and ("a","bc") must not collide.
-        assert_ne!(s.ticket(&ev("ab"), &user("c")), s.ticket(&ev("a"), &user("bc")));
+        assert_ne!(
+            s.ticket(&ev("ab"), &user("c")),
+            s.ticket(&ev("a"), &user("bc"))
+        );
     }
 
     #[test]
     fn tokens_verify_and_refuse_forgery_and_expiry() {
         let s = Signer::new("k");
-        let claims = AccessClaims { ev: "e1".into(), tkt: "t".into(), exp: 100 };
+        let claims = AccessClaims {
+            ev: "e1".into(),
+            tkt: "t".into(),
+            exp: 100,
+        };
         let token = s.sign(&claims);
         assert_eq!(s.verify(&token, 99), Ok(claims.clone()));
         assert_eq!(s.verify(&token, 100), Err(TokenError::Expired));
-        assert_eq!(Signer::new("other").verify(&token, 1), Err(TokenError::Invalid));
+        assert_eq!(
+            Signer::new("other").verify(&token, 1),
+            Err(TokenError::Invalid)
+        );
         let forged_body = B64.encode(br#"{"ev":"e2","tkt":"t","exp":100}"#);
         let sig = token.split_once('.').unwrap().1;
-        assert_eq!(s.verify(&format!("{forged_body}.{sig}"), 1), Err(TokenError::Invalid));
+        assert_eq!(
+            s.verify(&format!("{forged_body}.{sig}"), 1),
+            Err(TokenError::Invalid)
+        );
         assert_eq!(s.verify("garbage", 1), Err(TokenError::Invalid));
     }
 

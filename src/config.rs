@@ -14,7 +14,11 @@ pub const DEV_TOKEN_SECRET: &str = "dev-token-secret-do-not-use-in-production";
 
 /// The command line.
 #[derive(Debug, Parser)]
-#[command(name = "waitroom", version, about = "A virtual waiting room and seat gate")]
+#[command(
+    name = "waitroom",
+    version,
+    about = "A virtual waiting room and seat gate"
+)]
 pub struct Cli {
     /// What to run.
     #[command(subcommand)]
@@ -64,7 +68,11 @@ pub struct Config {
 #[derive(Debug, Clone, Args)]
 pub struct HttpConfig {
     /// Listen address (port 0 picks a free port).
-    #[arg(long = "http-addr", env = "WAITROOM_HTTP_ADDR", default_value = "127.0.0.1:8080")]
+    #[arg(
+        long = "http-addr",
+        env = "WAITROOM_HTTP_ADDR",
+        default_value = "127.0.0.1:8080"
+    )]
     pub addr: SocketAddr,
     /// Requests per second one client (user id or ticket) may make; 0 turns the limit off.
     #[arg(long, env = "WAITROOM_CLIENT_RATE_PER_SECOND", default_value_t = 5)]
@@ -106,10 +114,18 @@ pub struct RedisConfig {
     #[arg(long, env = "WAITROOM_KEY_PREFIX", default_value = "wr")]
     pub key_prefix: String,
     /// Connection timeout, ms.
-    #[arg(long = "redis-connect-timeout-ms", env = "WAITROOM_REDIS_CONNECT_TIMEOUT_MS", default_value_t = 1000)]
+    #[arg(
+        long = "redis-connect-timeout-ms",
+        env = "WAITROOM_REDIS_CONNECT_TIMEOUT_MS",
+        default_value_t = 1000
+    )]
     pub connect_timeout_ms: u64,
     /// Response timeout per request, ms.
-    #[arg(long = "redis-response-timeout-ms", env = "WAITROOM_REDIS_RESPONSE_TIMEOUT_MS", default_value_t = 1000)]
+    #[arg(
+        long = "redis-response-timeout-ms",
+        env = "WAITROOM_REDIS_RESPONSE_TIMEOUT_MS",
+        default_value_t = 1000
+    )]
     pub response_timeout_ms: u64,
 }
 
@@ -129,7 +145,11 @@ pub struct DbConfig {
 #[derive(Debug, Clone, Args)]
 pub struct KafkaConfig {
     /// Bootstrap servers.
-    #[arg(long = "kafka-brokers", env = "WAITROOM_KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
+    #[arg(
+        long = "kafka-brokers",
+        env = "WAITROOM_KAFKA_BROKERS",
+        default_value = "127.0.0.1:9092"
+    )]
     pub brokers: String,
 }
 
@@ -220,7 +240,10 @@ mod tests {
     #[test]
     fn production_refuses_dev_secrets() {
         let mut cfg = Config::try_parse_from(["serve", "--env", "production"]).unwrap();
-        cfg.auth = AuthConfig { admin_token: None, token_secret: None };
+        cfg.auth = AuthConfig {
+            admin_token: None,
+            token_secret: None,
+        };
         assert!(cfg.secrets().is_err());
         cfg.auth.admin_token = Some(Secret("a".into()));
         cfg.auth.token_secret = Some(Secret(DEV_TOKEN_SECRET.into()));

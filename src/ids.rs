@@ -18,7 +18,10 @@ pub struct BadId {
 }
 
 fn bad(what: &'static str, value: &str) -> BadId {
-    BadId { what, value: value.chars().take(80).collect() }
+    BadId {
+        what,
+        value: value.chars().take(80).collect(),
+    }
 }
 
 fn is_slug(s: &str) -> bool {
@@ -37,7 +40,9 @@ pub struct EventId(String);
 impl EventId {
     /// Checks the form.
     pub fn parse(s: &str) -> Result<Self, BadId> {
-        is_slug(s).then(|| EventId(s.to_owned())).ok_or_else(|| bad("event id", s))
+        is_slug(s)
+            .then(|| EventId(s.to_owned()))
+            .ok_or_else(|| bad("event id", s))
     }
 
     /// The id.
@@ -61,8 +66,10 @@ impl UserId {
     pub fn parse(s: &str) -> Result<Self, BadId> {
         let ok = !s.is_empty()
             && s.len() <= 128
-            && s.bytes().all(|c| c.is_ascii_alphanumeric() || b"._:@-".contains(&c));
-        ok.then(|| UserId(s.to_owned())).ok_or_else(|| bad("user_id", s))
+            && s.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || b"._:@-".contains(&c));
+        ok.then(|| UserId(s.to_owned()))
+            .ok_or_else(|| bad("user_id", s))
     }
 
     /// The id.

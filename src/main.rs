@@ -13,7 +13,9 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(config) => {
-            let app = Application::build(*config).await.context("starting the service")?;
+            let app = Application::build(*config)
+                .await
+                .context("starting the service")?;
             tracing::info!(addr = %app.local_addr(), instance = %app.instance_id(), "waitroom listening");
             println!("waitroom listening on http://{}", app.local_addr());
             app.run_until_stopped(shutdown_on_signals()).await
@@ -24,7 +26,10 @@ async fn main() -> anyhow::Result<()> {
                 .connect(db.url.expose())
                 .await
                 .context("connecting to PostgreSQL")?;
-            sqlx::migrate!("./migrations").run(&pool).await.context("running migrations")?;
+            sqlx::migrate!("./migrations")
+                .run(&pool)
+                .await
+                .context("running migrations")?;
             println!("migrations applied");
             Ok(())
         }
@@ -36,13 +41,22 @@ async fn main() -> anyhow::Result<()> {
 async fn healthcheck(url: &str) -> anyhow::Result<()> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let host = url.trim_start_matches("http://").trim_end_matches('/');
-    let mut stream = tokio::net::TcpStream::connect(host).await.with_context(|| format!("connecting to {host}"))?;
+    let mut stream = tokio::net::TcpStream::connect(host)
+        .await
+        .with_context(|| format!("connecting to {host}"))?;
     stream
-        .write_all(format!("GET /healthz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes())
+        .write_all(
+            format!("GET /healthz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
         .await?;
     let mut buf = String::new();
     stream.read_to_string(&mut buf).await?;
-    anyhow::ensure!(buf.starts_with("HTTP/1.1 200"), "unhealthy: {}", buf.lines().next().unwrap_or(""));
+    anyhow::ensure!(
+        buf.starts_with("HTTP/1.1 200"),
+        "unhealthy: {}",
+        buf.lines().next().unwrap_or("")
+    );
     println!("healthy");
     Ok(())
 }

@@ -39,8 +39,16 @@ impl Application {
         crate::telemetry::metrics_handle();
         let conn = wredis::connect(&config.redis).await?;
         tracing::info!(cluster = conn.is_cluster(), "connected to Redis");
-        let queue = Arc::new(Queue::new(conn, Keys::new(config.redis.key_prefix.clone()), Signer::new(&token_secret)));
-        queue.scripts.preload(&mut queue.conn.clone()).await.context("loading the Lua scripts")?;
+        let queue = Arc::new(Queue::new(
+            conn,
+            Keys::new(config.redis.key_prefix.clone()),
+            Signer::new(&token_secret),
+        ));
+        queue
+            .scripts
+            .preload(&mut queue.conn.clone())
+            .await
+            .context("loading the Lua scripts")?;
         let db = PgPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(Duration::from_secs(2))
@@ -54,16 +62,28 @@ impl Application {
         let listener = TcpListener::bind(config.http.addr)
             .await
             .with_context(|| format!("binding {}", config.http.addr))?;
-        let instance = config.instance_id.clone().unwrap_or_else(|| {
-            format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple())
-        });
+        let instance = config
+            .instance_id
+            .clone()
+            .unwrap_or_else(|| format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()));
         let state = AppState {
             queue,
             admin_token: admin_token.into(),
-            limiter: AppState::client_limiter(config.http.client_rate_per_second, config.http.client_burst),
-            readiness: Arc::new(Readiness { db, kafka: Arc::new(kafka) }),
+            limiter: AppState::client_limiter(
+                config.http.client_rate_per_second,
+                config.http.client_burst,
+            ),
+            readiness: Arc::new(Readiness {
+                db,
+                kafka: Arc::new(kafka),
+            }),
         };
-        Ok(Application { listener, state, config, instance })
+        Ok(Application {
+            listener,
+            state,
+            config,
+            instance,
+        })
     }
 
     /// The bound port (useful with port 0).
@@ -73,7 +93,9 @@ impl Application {
 
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().expect("a bound listener has an address")
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
     }
 
     /// This instance's id in admission leases.
@@ -105,7 +127,8 @@ impl Application {
         let drain = Duration::from_secs(self.config.http.drain_seconds);
         let app = http::router(self.state);
         let token = shutdown.clone();
-        let server = axum::serve(self.listener, app).with_graceful_shutdown(async move { token.cancelled().await });
+        let server = axum::serve(self.listener, app)
+            .with_graceful_shutdown(async move { token.cancelled().await });
         let served = tokio::spawn(async move { server.await });
         shutdown.cancelled().await;
         if let Some(s) = scheduler {
@@ -127,8 +150,9 @@ pub fn shutdown_on_signals() -> CancellationToken {
         let ctrl_c = tokio::signal::ctrl_c();
         #[cfg(unix)]
         {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                .expect("installing the SIGTERM handler");
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("installing the SIGTERM handler");
             tokio::select! {
                 _ = ctrl_c => {}
                 _ = term.recv() => {}

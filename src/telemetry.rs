@@ -26,7 +26,10 @@ pub const WRONGTYPE_REPAIRS: &str = "waitroom_wrongtype_repairs_total";
 /// Sets up the log subscriber (`RUST_LOG`, default `info`); safe to call more than once.
 pub fn init_tracing() {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .try_init();
 }
 
 /// The process-wide Prometheus recorder (installed on first use).

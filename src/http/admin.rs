@@ -27,7 +27,10 @@ pub struct Admin;
 impl FromRequestParts<AppState> for Admin {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
         let token = parts
             .headers
             .get(header::AUTHORIZATION)
@@ -51,8 +54,15 @@ async fn put_event(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let event = EventId::parse(&event)?;
     let (config, created) = state.queue.put_event(&event, &patch).await?;
-    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, Json(json!({"event": event.as_str(), "config": config}))))
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((
+        status,
+        Json(json!({"event": event.as_str(), "config": config})),
+    ))
 }
 
 #[tracing::instrument(skip_all, fields(event = %event))]
@@ -64,7 +74,9 @@ async fn get_event(
     let event = EventId::parse(&event)?;
     let config = state.queue.event_config(&event).await?;
     let stats = state.queue.stats(&event, &config).await?;
-    Ok(Json(json!({"event": event.as_str(), "config": config, "stats": stats})))
+    Ok(Json(
+        json!({"event": event.as_str(), "config": config, "stats": stats}),
+    ))
 }
 
 /// Body of a strategy change.
@@ -83,7 +95,12 @@ async fn put_strategy(
 ) -> Result<Json<Value>, ApiError> {
     let event = EventId::parse(&event)?;
     state.queue.event_config(&event).await?;
-    let patch = EventPatch { strategy: Some(body.strategy), ..Default::default() };
+    let patch = EventPatch {
+        strategy: Some(body.strategy),
+        ..Default::default()
+    };
     let (config, _) = state.queue.put_event(&event, &patch).await?;
-    Ok(Json(json!({"event": event.as_str(), "strategy": config.strategy})))
+    Ok(Json(
+        json!({"event": event.as_str(), "strategy": config.strategy}),
+    ))
 }

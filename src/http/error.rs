@@ -98,7 +98,9 @@ impl From<QueueError> for ApiError {
         match e {
             QueueError::UnknownEvent => ApiError::NotFound("no such event".into()),
             QueueError::UnknownTicket => ApiError::NotFound("no such ticket in this event".into()),
-            QueueError::EventClosed(state) => ApiError::EventClosed(format!("the event is {state}")),
+            QueueError::EventClosed(state) => {
+                ApiError::EventClosed(format!("the event is {state}"))
+            }
             QueueError::Invalid(m) => ApiError::BadRequest(m),
             QueueError::Conflict(m) => ApiError::Conflict(m),
             QueueError::CorruptConfig => {
@@ -112,7 +114,9 @@ impl From<QueueError> for ApiError {
             QueueError::Redis(e) => {
                 metrics::counter!(telemetry::REDIS_UNAVAILABLE).increment(1);
                 tracing::error!(error = ?e, "redis unavailable");
-                ApiError::Unavailable("the waiting line cannot be reached right now; try again shortly")
+                ApiError::Unavailable(
+                    "the waiting line cannot be reached right now; try again shortly",
+                )
             }
         }
     }

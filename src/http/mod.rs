@@ -46,12 +46,16 @@ impl AppState {
     pub fn client_limiter(rate: u32, burst: u32) -> Option<Arc<DefaultKeyedRateLimiter<String>>> {
         let rate = NonZeroU32::new(rate)?;
         let burst = NonZeroU32::new(burst).unwrap_or(rate);
-        Some(Arc::new(RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst))))
+        Some(Arc::new(RateLimiter::keyed(
+            Quota::per_second(rate).allow_burst(burst),
+        )))
     }
 
     /// Counts one request of `client` against its limit: 429 with `Retry-After` when over.
     pub fn limit(&self, client: &str) -> Result<(), ApiError> {
-        let Some(limiter) = &self.limiter else { return Ok(()) };
+        let Some(limiter) = &self.limiter else {
+            return Ok(());
+        };
         limiter.check_key(&client.to_owned()).map_err(|not_until| {
             let wait = not_until.wait_time_from(DefaultClock::default().now());
             ApiError::RateLimited(wait.as_secs_f64().ceil().max(1.0) as u64)
@@ -81,7 +85,8 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(CatchPanicLayer::custom(|_| {
             tracing::error!("handler panicked");
-            let body = axum::Json(serde_json::json!({"error": "internal", "message": "internal error"}));
+            let body =
+                axum::Json(serde_json::json!({"error": "internal", "message": "internal error"}));
             (axum::http::StatusCode::INTERNAL_SERVER_ERROR, body).into_response()
         }))
         .with_state(state)
@@ -104,4 +109,3 @@ async fn track_metrics(req: Request, next: Next) -> Response {
         .record(start.elapsed().as_secs_f64());
     resp
 }
-

@@ -59,7 +59,11 @@ async fn get_ready(State(state): State<AppState>) -> impl IntoResponse {
     };
     let body = json!({"redis": show(&redis), "postgres": show(&db), "kafka": show(&kafka)});
     if ok {
-        (StatusCode::OK, Json(json!({"status": "ready", "checks": body}))).into_response()
+        (
+            StatusCode::OK,
+            Json(json!({"status": "ready", "checks": body})),
+        )
+            .into_response()
     } else {
         let mut resp = (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -74,16 +78,26 @@ async fn get_ready(State(state): State<AppState>) -> impl IntoResponse {
 async fn probe_redis(mut conn: RedisConn) -> Result<(), String> {
     let probe = async {
         if conn.is_cluster() {
-            let info: String = redis::cmd("CLUSTER").arg("INFO").query_async(&mut conn).await.map_err(|e| e.to_string())?;
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
             if !info.contains("cluster_state:ok") {
                 return Err("cluster_state is not ok".to_owned());
             }
             Ok(())
         } else {
-            redis::cmd("PING").query_async::<String>(&mut conn).await.map(|_| ()).map_err(|e| e.to_string())
+            redis::cmd("PING")
+                .query_async::<String>(&mut conn)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
         }
     };
-    tokio::time::timeout(PROBE_TIMEOUT, probe).await.map_err(|_| "timed out".to_owned())?
+    tokio::time::timeout(PROBE_TIMEOUT, probe)
+        .await
+        .map_err(|_| "timed out".to_owned())?
 }
 
 async fn probe_db(db: &PgPool) -> Result<(), String> {

@@ -34,7 +34,12 @@ use crate::ids::EventId;
 use crate::telemetry;
 
 /// Runs admission for every registered event until `shutdown` is cancelled.
-pub async fn run(queue: Arc<Queue>, cfg: AdmissionConfig, instance: String, shutdown: CancellationToken) {
+pub async fn run(
+    queue: Arc<Queue>,
+    cfg: AdmissionConfig,
+    instance: String,
+    shutdown: CancellationToken,
+) {
     let mut tasks: HashMap<EventId, tokio::task::JoinHandle<()>> = HashMap::new();
     loop {
         match queue.events.registered(&mut queue.conn.clone()).await {
@@ -42,7 +47,12 @@ pub async fn run(queue: Arc<Queue>, cfg: AdmissionConfig, instance: String, shut
                 tasks.retain(|_, t| !t.is_finished());
                 for event in events {
                     tasks.entry(event.clone()).or_insert_with(|| {
-                        let task = EventAdmission::new(queue.clone(), cfg.clone(), instance.clone(), event);
+                        let task = EventAdmission::new(
+                            queue.clone(),
+                            cfg.clone(),
+                            instance.clone(),
+                            event,
+                        );
                         tokio::spawn(task.run(shutdown.clone()))
                     });
                 }
@@ -95,7 +105,12 @@ impl EventAdmission {
                 _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep(tick) => {}
             }
-            let cfg = match self.queue.events.get(&mut self.queue.conn.clone(), &self.event).await {
+            let cfg = match self
+                .queue
+                .events
+                .get(&mut self.queue.conn.clone(), &self.event)
+                .await
+            {
                 Ok(ev) => ev.config.clone(),
                 Err(QueueError::UnknownEvent) => break,
                 Err(e) => {
@@ -233,9 +248,12 @@ impl EventAdmission {
         self.tokens -= admitted as f64;
 
         let ev = self.event.to_string();
-        metrics::counter!(telemetry::ADMITTED_TOTAL, "event" => ev.clone()).increment(admitted as u64);
-        metrics::gauge!(telemetry::QUEUE_WAITING, "event" => ev.clone()).set((waiting - admitted as u64) as f64);
-        metrics::gauge!(telemetry::QUEUE_ACTIVE, "event" => ev).set((active + admitted as u64) as f64);
+        metrics::counter!(telemetry::ADMITTED_TOTAL, "event" => ev.clone())
+            .increment(admitted as u64);
+        metrics::gauge!(telemetry::QUEUE_WAITING, "event" => ev.clone())
+            .set((waiting - admitted as u64) as f64);
+        metrics::gauge!(telemetry::QUEUE_ACTIVE, "event" => ev)
+            .set((active + admitted as u64) as f64);
         self.report(admitted as u64).await
     }
 
@@ -243,7 +261,11 @@ impl EventAdmission {
     async fn report(&mut self, admitted: u64) -> Result<(), QueueError> {
         let now = Instant::now();
         self.recent.push_back((now, admitted));
-        while self.recent.front().is_some_and(|(t, _)| now - *t > RATE_WINDOW) {
+        while self
+            .recent
+            .front()
+            .is_some_and(|(t, _)| now - *t > RATE_WINDOW)
+        {
             self.recent.pop_front();
         }
         if now - self.last_report < Duration::from_secs(1) {
@@ -261,7 +283,10 @@ impl EventAdmission {
         let () = conn
             .hset_multiple(
                 self.queue.keys.event_stats(self.event.as_str()),
-                &[("rate", rate.to_string()), ("leader", self.instance.clone())],
+                &[
+                    ("rate", rate.to_string()),
+                    ("leader", self.instance.clone()),
+                ],
             )
             .await?;
         Ok(())

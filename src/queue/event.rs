@@ -113,7 +113,9 @@ impl EventPatch {
         if !(1..=MAX_SHARDS).contains(&cfg.shards) {
             return Err(format!("shards must be 1..={MAX_SHARDS}"));
         }
-        if !(cfg.admit_per_second.is_finite() && (0.0..=1_000_000.0).contains(&cfg.admit_per_second)) {
+        if !(cfg.admit_per_second.is_finite()
+            && (0.0..=1_000_000.0).contains(&cfg.admit_per_second))
+        {
             return Err("admit_per_second must be 0..=1000000".into());
         }
         if !(1..=86_400).contains(&cfg.active_ttl_seconds) {
@@ -156,11 +158,18 @@ pub struct EventStore {
 impl EventStore {
     /// An empty cache.
     pub fn new(keys: Keys) -> Self {
-        EventStore { keys, cache: Mutex::new(HashMap::new()) }
+        EventStore {
+            keys,
+            cache: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The event, from the cache when fresh.
-    pub async fn get(&self, conn: &mut RedisConn, event: &EventId) -> Result<Arc<Event>, QueueError> {
+    pub async fn get(
+        &self,
+        conn: &mut RedisConn,
+        event: &EventId,
+    ) -> Result<Arc<Event>, QueueError> {
         if let Some((ev, at)) = self.cache.lock().expect("cache lock").get(event) {
             if at.elapsed() < CACHE_TTL {
                 return Ok(ev.clone());
@@ -173,7 +182,10 @@ impl EventStore {
             .query_async(conn)
             .await?;
         let config = parse_config(event, raw)?.ok_or(QueueError::UnknownEvent)?;
-        let ev = Arc::new(Event { config, measured_rate: rate });
+        let ev = Arc::new(Event {
+            config,
+            measured_rate: rate,
+        });
         self.cache
             .lock()
             .expect("cache lock")
@@ -182,15 +194,26 @@ impl EventStore {
     }
 
     /// The configuration straight from Redis (`None` for an unknown event).
-    pub async fn load(&self, conn: &mut RedisConn, event: &EventId) -> Result<Option<EventConfig>, QueueError> {
+    pub async fn load(
+        &self,
+        conn: &mut RedisConn,
+        event: &EventId,
+    ) -> Result<Option<EventConfig>, QueueError> {
         let raw: Option<String> = conn.get(self.keys.event_config(event.as_str())).await?;
         parse_config(event, raw)
     }
 
     /// Stores a configuration and registers the event.
-    pub async fn save(&self, conn: &mut RedisConn, event: &EventId, cfg: &EventConfig) -> Result<(), QueueError> {
+    pub async fn save(
+        &self,
+        conn: &mut RedisConn,
+        event: &EventId,
+        cfg: &EventConfig,
+    ) -> Result<(), QueueError> {
         let raw = serde_json::to_string(cfg).expect("config serializes");
-        let () = conn.set(self.keys.event_config(event.as_str()), raw).await?;
+        let () = conn
+            .set(self.keys.event_config(event.as_str()), raw)
+            .await?;
         let _: i64 = conn.sadd(self.keys.registry(), event.as_str()).await?;
         // This instance sees its own change at once; the others within CACHE_TTL.
         self.cache.lock().expect("cache lock").remove(event);
@@ -202,7 +225,6 @@ impl EventStore {
         let ids: Vec<String> = conn.smembers(self.keys.registry()).await?;
         Ok(ids.iter().filter_map(|s| EventId::parse(s).ok()).collect())
     }
-
 }
 
 fn parse_config(event: &EventId, raw: Option<String>) -> Result<Option<EventConfig>, QueueError> {
@@ -221,13 +243,21 @@ mod tests {
 
     #[test]
     fn a_new_event_gets_defaults_and_a_patch_overrides_them() {
-        let cfg = EventPatch { shards: Some(4), ..Default::default() }.apply(None).unwrap();
+        let cfg = EventPatch {
+            shards: Some(4),
+            ..Default::default()
+        }
+        .apply(None)
+        .unwrap();
         assert_eq!(cfg.shards, 4);
         assert_eq!(cfg.state, EventState::Open);
         assert_eq!(cfg.strategy, StrategyKind::Timestamp);
-        let paused = EventPatch { state: Some(EventState::Paused), ..Default::default() }
-            .apply(Some(&cfg))
-            .unwrap();
+        let paused = EventPatch {
+            state: Some(EventState::Paused),
+            ..Default::default()
+        }
+        .apply(Some(&cfg))
+        .unwrap();
         assert_eq!(paused.shards, 4);
         assert_eq!(paused.state, EventState::Paused);
     }
@@ -236,21 +266,49 @@ mod tests {
     fn changing_the_shard_count_drops_the_old_tags() {
         let mut cfg = EventPatch::default().apply(None).unwrap();
         cfg.shard_tags = vec!["{e:0}".into(); 8];
-        let same = EventPatch { shards: Some(8), ..Default::default() }.apply(Some(&cfg)).unwrap();
+        let same = EventPatch {
+            shards: Some(8),
+            ..Default::default()
+        }
+        .apply(Some(&cfg))
+        .unwrap();
         assert_eq!(same.shard_tags.len(), 8);
-        let other = EventPatch { shards: Some(2), ..Default::default() }.apply(Some(&cfg)).unwrap();
+        let other = EventPatch {
+            shards: Some(2),
+            ..Default::default()
+        }
+        .apply(Some(&cfg))
+        .unwrap();
         assert!(other.shard_tags.is_empty());
     }
 
     #[test]
     fn out_of_range_values_are_refused() {
         for patch in [
-            EventPatch { shards: Some(0), ..Default::default() },
-            EventPatch { shards: Some(MAX_SHARDS + 1), ..Default::default() },
-            EventPatch { admit_per_second: Some(-1.0), ..Default::default() },
-            EventPatch { admit_per_second: Some(f64::NAN), ..Default::default() },
-            EventPatch { active_ttl_seconds: Some(0), ..Default::default() },
-            EventPatch { max_seats_per_hold: Some(0), ..Default::default() },
+            EventPatch {
+                shards: Some(0),
+                ..Default::default()
+            },
+            EventPatch {
+                shards: Some(MAX_SHARDS + 1),
+                ..Default::default()
+            },
+            EventPatch {
+                admit_per_second: Some(-1.0),
+                ..Default::default()
+            },
+            EventPatch {
+                admit_per_second: Some(f64::NAN),
+                ..Default::default()
+            },
+            EventPatch {
+                active_ttl_seconds: Some(0),
+                ..Default::default()
+            },
+            EventPatch {
+                max_seats_per_hold: Some(0),
+                ..Default::default()
+            },
         ] {
             assert!(patch.apply(None).is_err(), "{patch:?} accepted");
         }

@@ -230,26 +230,44 @@ impl Queue {
     }
 
     /// Turns a script's `{state, score, rank}` into a standing, counting the other shards.
-    async fn standing(&self, cfg: &EventConfig, shard: usize, raw: (i64, String, u64)) -> Result<Standing, QueueError> {
+    async fn standing(
+        &self,
+        cfg: &EventConfig,
+        shard: usize,
+        raw: (i64, String, u64),
+    ) -> Result<Standing, QueueError> {
         let (state, score, rank) = raw;
         let score: f64 = score.parse().unwrap_or(0.0);
         match state {
-            2 => Ok(Standing::Admitted { admitted_at_ms: score as u64 }),
+            2 => Ok(Standing::Admitted {
+                admitted_at_ms: score as u64,
+            }),
             1 => {
                 let ahead = self.ahead_in_other_shards(cfg, shard, score).await?;
-                Ok(Standing::Waiting { position: timestamp::position(rank, &ahead) })
+                Ok(Standing::Waiting {
+                    position: timestamp::position(rank, &ahead),
+                })
             }
             _ => Err(QueueError::UnknownTicket),
         }
     }
 
     /// For each other shard, how many wait ahead of a person at `score` in `shard`.
-    async fn ahead_in_other_shards(&self, cfg: &EventConfig, shard: usize, score: f64) -> Result<Vec<u64>, QueueError> {
+    async fn ahead_in_other_shards(
+        &self,
+        cfg: &EventConfig,
+        shard: usize,
+        score: f64,
+    ) -> Result<Vec<u64>, QueueError> {
         let counts = (0..cfg.shards as usize).filter(|j| *j != shard).map(|j| {
             let mut conn = self.conn.clone();
             let key = self.shard_keys(cfg, j).waiting;
             let (inclusive, bound) = timestamp::count_bound(shard, j, score);
-            let max = if inclusive { format!("{bound}") } else { format!("({bound}") };
+            let max = if inclusive {
+                format!("{bound}")
+            } else {
+                format!("({bound}")
+            };
             async move { conn.zcount::<_, _, _, u64>(key, "-inf", max).await }
         });
         Ok(try_join_all(counts).await?)
@@ -289,10 +307,10 @@ impl Queue {
         };
         match standing {
             Standing::Waiting { position } => {
-                let rate = ev
-                    .measured_rate
-                    .filter(|r| *r > 0.0)
-                    .or((cfg.state == EventState::Open && cfg.admit_per_second > 0.0).then_some(cfg.admit_per_second));
+                let rate = ev.measured_rate.filter(|r| *r > 0.0).or((cfg.state
+                    == EventState::Open
+                    && cfg.admit_per_second > 0.0)
+                    .then_some(cfg.admit_per_second));
                 let advice = advise(position, rate, rand::random_range(0.8..1.2));
                 status.position = Some(position);
                 status.eta_seconds = advice.eta_seconds;
@@ -315,7 +333,11 @@ impl Queue {
 
     /// Creates or updates an event. Returns the stored configuration and whether it was new.
     #[tracing::instrument(skip_all, fields(event = %event))]
-    pub async fn put_event(&self, event: &EventId, patch: &EventPatch) -> Result<(EventConfig, bool), QueueError> {
+    pub async fn put_event(
+        &self,
+        event: &EventId,
+        patch: &EventPatch,
+    ) -> Result<(EventConfig, bool), QueueError> {
         let mut conn = self.conn.clone();
         let old = self.events.load(&mut conn, event).await?;
         let mut cfg = patch.apply(old.as_ref()).map_err(QueueError::Invalid)?;
@@ -345,7 +367,11 @@ impl Queue {
     }
 
     /// Live figures of an event, read from every shard.
-    pub async fn stats(&self, event: &EventId, cfg: &EventConfig) -> Result<EventStats, QueueError> {
+    pub async fn stats(
+        &self,
+        event: &EventId,
+        cfg: &EventConfig,
+    ) -> Result<EventStats, QueueError> {
         let per_shard = (0..cfg.shards as usize).map(|i| {
             let mut conn = self.conn.clone();
             let k = self.shard_keys(cfg, i);
@@ -372,7 +398,11 @@ impl Queue {
             shards: shards
                 .iter()
                 .enumerate()
-                .map(|(i, s)| ShardStats { shard: i, tag: cfg.shard_tags[i].clone(), waiting: s.0 })
+                .map(|(i, s)| ShardStats {
+                    shard: i,
+                    tag: cfg.shard_tags[i].clone(),
+                    waiting: s.0,
+                })
                 .collect(),
             strategy: cfg.strategy.to_string(),
             effective_strategy: cfg.strategy.to_string(),
@@ -388,7 +418,11 @@ impl Queue {
         let mut conn = self.conn.clone();
         for i in 0..cfg.shards as usize {
             let k = self.shard_keys(cfg, i);
-            for (key, want) in [(&k.waiting, "zset"), (&k.active, "zset"), (&k.admitted, "string")] {
+            for (key, want) in [
+                (&k.waiting, "zset"),
+                (&k.active, "zset"),
+                (&k.admitted, "string"),
+            ] {
                 let found: String = redis::cmd("TYPE").arg(key).query_async(&mut conn).await?;
                 if found != "none" && found != want {
                     let aside = format!("{key}:wrongtype:{}", now_ms());
@@ -432,12 +466,18 @@ pub fn advise(position: u64, rate: Option<f64>, jitter: f64) -> Advice {
         Some(eta) => (eta * 1000.0 / 4.0).clamp(POLL_MIN_MS as f64, POLL_MAX_MS as f64),
         None => POLL_MAX_MS as f64,
     };
-    Advice { eta_seconds, next_poll_ms: (base * jitter).round() as u64 }
+    Advice {
+        eta_seconds,
+        next_poll_ms: (base * jitter).round() as u64,
+    }
 }
 
 /// Current time, ms since the Unix epoch.
 pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// Arrival scores: microseconds since the epoch, strictly increasing within this instance, so
@@ -450,11 +490,17 @@ struct ArrivalClock {
 
 impl ArrivalClock {
     fn next(&self) -> u64 {
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0);
         let mut prev = self.last.load(Ordering::Relaxed);
         loop {
             let next = now.max(prev + 1);
-            match self.last.compare_exchange_weak(prev, next, Ordering::Relaxed, Ordering::Relaxed) {
+            match self
+                .last
+                .compare_exchange_weak(prev, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
                 Ok(_) => return next,
                 Err(p) => prev = p,
             }

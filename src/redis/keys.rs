@@ -51,7 +51,9 @@ pub struct ShardKeys {
 impl Keys {
     /// Keys under `prefix` (tests use a unique prefix each, so they never share state).
     pub fn new(prefix: impl Into<String>) -> Self {
-        Keys { prefix: prefix.into() }
+        Keys {
+            prefix: prefix.into(),
+        }
     }
 
     /// The registry of events.
@@ -130,7 +132,10 @@ mod tests {
         // Redis's own documented example: "123456789" hashes to 0x31C3 = 12739.
         assert_eq!(slot("123456789"), 12739);
         // An empty tag "{}" does not count: the whole key is hashed.
-        assert_eq!(slot("a{}b"), crc16::State::<crc16::XMODEM>::calculate(b"a{}b") % 16384);
+        assert_eq!(
+            slot("a{}b"),
+            crc16::State::<crc16::XMODEM>::calculate(b"a{}b") % 16384
+        );
     }
 
     #[test]
@@ -153,7 +158,11 @@ mod tests {
         assert_eq!(tags.len(), 8);
         for (i, tag) in tags.iter().enumerate() {
             let (lo, hi) = primaries[i % 3][0];
-            assert!((lo..=hi).contains(&slot(tag)), "{tag} not on primary {}", i % 3);
+            assert!(
+                (lo..=hi).contains(&slot(tag)),
+                "{tag} not on primary {}",
+                i % 3
+            );
         }
         let mut uniq = tags.clone();
         uniq.sort();

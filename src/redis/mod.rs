@@ -119,7 +119,10 @@ async fn detect_cluster(url: &str, timeout: Duration) -> anyhow::Result<bool> {
     let client = redis::Client::open(url).context("parsing the Redis URL")?;
     let probe = async {
         let mut conn = client.get_multiplexed_async_connection().await?;
-        let info: String = redis::cmd("INFO").arg("cluster").query_async(&mut conn).await?;
+        let info: String = redis::cmd("INFO")
+            .arg("cluster")
+            .query_async(&mut conn)
+            .await?;
         Ok::<_, RedisError>(info.contains("cluster_enabled:1"))
     };
     tokio::time::timeout(timeout * 5, probe)

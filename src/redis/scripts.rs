@@ -42,7 +42,15 @@ impl Scripts {
     /// Loads every script on every node (SCRIPT LOAD is sent to all nodes of a cluster), so the
     /// first burst of traffic does not pay a NOSCRIPT round trip per request.
     pub async fn preload(&self, conn: &mut super::RedisConn) -> redis::RedisResult<()> {
-        for s in [&self.enter, &self.status, &self.leave, &self.shard_heads, &self.admit, &self.lease, &self.release] {
+        for s in [
+            &self.enter,
+            &self.status,
+            &self.leave,
+            &self.shard_heads,
+            &self.admit,
+            &self.lease,
+            &self.release,
+        ] {
             s.load_async(conn).await?;
         }
         Ok(())

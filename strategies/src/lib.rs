@@ -143,7 +143,11 @@ mod tests {
 
     #[test]
     fn order_key_breaks_score_ties_by_shard_then_member() {
-        let k = |score, shard, m: &str| OrderKey { score, shard, member: m.into() };
+        let k = |score, shard, m: &str| OrderKey {
+            score,
+            shard,
+            member: m.into(),
+        };
         assert!(k(1.0, 5, "z") < k(2.0, 0, "a"));
         assert!(k(1.0, 0, "z") < k(1.0, 1, "a"));
         assert!(k(1.0, 1, "a") < k(1.0, 1, "b"));

@@ -43,7 +43,11 @@ pub fn merge_heads(shards: &[ShardHeads], take: usize) -> Vec<OrderKey> {
         for (i, s) in shards.iter().enumerate() {
             match s.heads.get(cursor[i]) {
                 Some((score, member)) => {
-                    let key = OrderKey { score: *score, shard: i, member: member.clone() };
+                    let key = OrderKey {
+                        score: *score,
+                        shard: i,
+                        member: member.clone(),
+                    };
                     if best.as_ref().is_none_or(|b| key < *b) {
                         best = Some(key);
                     }
@@ -102,7 +106,10 @@ mod tests {
             shard(&[(1.0, "a"), (4.0, "d")], true),
             shard(&[(2.0, "b"), (3.0, "c")], true),
         ];
-        let picks: Vec<_> = merge_heads(&shards, 10).into_iter().map(|k| k.member).collect();
+        let picks: Vec<_> = merge_heads(&shards, 10)
+            .into_iter()
+            .map(|k| k.member)
+            .collect();
         assert_eq!(picks, vec!["a", "b", "c", "d"]);
     }
 
@@ -113,7 +120,10 @@ mod tests {
             shard(&[(1.0, "a"), (5.0, "e"), (6.0, "f")], true),
             shard(&[(2.0, "b")], false),
         ];
-        let picks: Vec<_> = merge_heads(&shards, 10).into_iter().map(|k| k.member).collect();
+        let picks: Vec<_> = merge_heads(&shards, 10)
+            .into_iter()
+            .map(|k| k.member)
+            .collect();
         assert_eq!(picks, vec!["a", "b"]);
     }
 
@@ -127,8 +137,16 @@ mod tests {
         assert_eq!(
             groups,
             vec![
-                ShardPick { shard: 0, count: 2, last: (3.0, "c".into()) },
-                ShardPick { shard: 1, count: 1, last: (2.0, "b".into()) },
+                ShardPick {
+                    shard: 0,
+                    count: 2,
+                    last: (3.0, "c".into())
+                },
+                ShardPick {
+                    shard: 1,
+                    count: 1,
+                    last: (2.0, "b".into())
+                },
             ]
         );
     }

@@ -21,7 +21,11 @@ async fn enter_in_order(app: &crate::common::TestApp, ev: &str, n: usize) -> Vec
 async fn admission_respects_capacity_and_rate_and_admits_in_arrival_order() {
     let app = spawn_app().await;
     let ev = unique("e");
-    app.create_event(&ev, json!({"shards": 4, "admit_per_second": 0, "active_capacity": 30})).await;
+    app.create_event(
+        &ev,
+        json!({"shards": 4, "admit_per_second": 0, "active_capacity": 30}),
+    )
+    .await;
     let tickets = enter_in_order(&app, &ev, 60).await;
 
     // Open the gate at 20 people per second.
@@ -38,10 +42,18 @@ async fn admission_respects_capacity_and_rate_and_admits_in_arrival_order() {
         assert!(active.len() <= 30, "{} active > capacity 30", active.len());
         // Rate: the token bucket holds one tick (50 ms) of tokens plus one at most.
         let bound = rate * elapsed + rate * 0.05 + 1.0;
-        assert!(active.len() as f64 <= bound, "{} admitted after {elapsed:.2}s > {bound:.1}", active.len());
+        assert!(
+            active.len() as f64 <= bound,
+            "{} admitted after {elapsed:.2}s > {bound:.1}",
+            active.len()
+        );
         // Global arrival order: the admitted are exactly the first k who arrived.
-        let expected: std::collections::HashSet<String> = tickets[..active.len()].iter().cloned().collect();
-        assert_eq!(active, expected, "admitted set is not a prefix of the arrival order");
+        let expected: std::collections::HashSet<String> =
+            tickets[..active.len()].iter().cloned().collect();
+        assert_eq!(
+            active, expected,
+            "admitted set is not a prefix of the arrival order"
+        );
         samples += 1;
         if active.len() == 30 {
             break;
@@ -49,7 +61,10 @@ async fn admission_respects_capacity_and_rate_and_admits_in_arrival_order() {
         assert!(elapsed < 20.0, "admission stalled at {}", active.len());
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
-    assert!(samples > 5, "the run was sampled while admission was under way");
+    assert!(
+        samples > 5,
+        "the run was sampled while admission was under way"
+    );
 
     // At capacity, nobody else gets in; the 31st waits at position 1.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -62,7 +77,9 @@ async fn admission_respects_capacity_and_rate_and_admits_in_arrival_order() {
     let admitted = app.poll_ok(&ev, &tickets[0]).await;
     assert_eq!(admitted["status"], "admitted");
     assert!(admitted["position"].is_null());
-    assert!(admitted["access_token"].as_str().is_some_and(|t| t.contains('.')));
+    assert!(admitted["access_token"]
+        .as_str()
+        .is_some_and(|t| t.contains('.')));
     let stats = app.get_event(&ev).await["stats"].clone();
     assert_eq!(stats["active"], 30);
     assert_eq!(stats["waiting"], 30);
@@ -73,7 +90,11 @@ async fn admission_respects_capacity_and_rate_and_admits_in_arrival_order() {
 async fn a_slot_freed_by_leave_goes_to_the_next_in_line() {
     let app = spawn_app().await;
     let ev = unique("e");
-    app.create_event(&ev, json!({"shards": 2, "admit_per_second": 100, "active_capacity": 2})).await;
+    app.create_event(
+        &ev,
+        json!({"shards": 2, "admit_per_second": 100, "active_capacity": 2}),
+    )
+    .await;
     let tickets = enter_in_order(&app, &ev, 4).await;
     eventually(Duration::from_secs(10), "two admitted", || async {
         (app.active_tickets(&ev).await.len() == 2).then_some(())
@@ -81,7 +102,10 @@ async fn a_slot_freed_by_leave_goes_to_the_next_in_line() {
     .await;
     assert_eq!(app.poll_ok(&ev, &tickets[2]).await["position"], 1);
 
-    assert_eq!(app.leave(&ev, &tickets[0]).await.status(), StatusCode::NO_CONTENT);
+    assert_eq!(
+        app.leave(&ev, &tickets[0]).await.status(),
+        StatusCode::NO_CONTENT
+    );
 
     eventually(Duration::from_secs(10), "third admitted", || async {
         let s = app.poll_ok(&ev, &tickets[2]).await;
@@ -89,9 +113,17 @@ async fn a_slot_freed_by_leave_goes_to_the_next_in_line() {
     })
     .await;
     let active = app.active_tickets(&ev).await;
-    assert_eq!(active, [tickets[1].clone(), tickets[2].clone()].into_iter().collect());
+    assert_eq!(
+        active,
+        [tickets[1].clone(), tickets[2].clone()]
+            .into_iter()
+            .collect()
+    );
     assert_eq!(app.poll_ok(&ev, &tickets[3]).await["position"], 1);
-    assert_eq!(app.poll(&ev, &tickets[0]).await.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        app.poll(&ev, &tickets[0]).await.status(),
+        StatusCode::NOT_FOUND
+    );
 }
 
 #[tokio::test]
@@ -113,7 +145,10 @@ async fn slots_freed_by_session_expiry_go_to_the_next_in_line() {
         if stats["admitted_total"] == 9 {
             break stats;
         }
-        assert!(t0.elapsed() < Duration::from_secs(20), "all nine admitted over three sessions");
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "all nine admitted over three sessions"
+        );
         tokio::time::sleep(Duration::from_millis(30)).await;
     };
     assert!(max_active <= 3, "capacity exceeded: {max_active}");
@@ -121,23 +156,30 @@ async fn slots_freed_by_session_expiry_go_to_the_next_in_line() {
     // Three waves of one-second sessions cannot finish in under two seconds.
     assert!(t0.elapsed() >= Duration::from_secs(2));
     // The first wave's sessions have ended: their tickets are gone.
-    assert_eq!(app.poll(&ev, &tickets[0]).await.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        app.poll(&ev, &tickets[0]).await.status(),
+        StatusCode::NOT_FOUND
+    );
 }
 
 #[tokio::test]
 async fn a_paused_event_admits_nobody_until_reopened() {
     let app = spawn_app().await;
     let ev = unique("e");
-    app.create_event(&ev, json!({"shards": 2, "admit_per_second": 0})).await;
+    app.create_event(&ev, json!({"shards": 2, "admit_per_second": 0}))
+        .await;
     let tickets = enter_in_order(&app, &ev, 5).await;
-    app.put_event(&ev, json!({"state": "paused", "admit_per_second": 1000})).await;
+    app.put_event(&ev, json!({"state": "paused", "admit_per_second": 1000}))
+        .await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert!(app.active_tickets(&ev).await.is_empty());
     // People already waiting may still poll a paused event.
     assert_eq!(app.poll_ok(&ev, &tickets[4]).await["position"], 5);
     app.put_event(&ev, json!({"state": "open"})).await;
-    eventually(Duration::from_secs(10), "all admitted after reopening", || async {
-        (app.active_tickets(&ev).await.len() == 5).then_some(())
-    })
+    eventually(
+        Duration::from_secs(10),
+        "all admitted after reopening",
+        || async { (app.active_tickets(&ev).await.len() == 5).then_some(()) },
+    )
     .await;
 }

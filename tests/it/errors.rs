@@ -18,21 +18,66 @@ async fn malformed_bodies_and_ids_are_400_bad_request() {
     app.create_event(&ev, json!({"shards": 2})).await;
     let url = format!("{}/v1/events/{ev}/queue", app.base);
     let post_raw = |body: &'static str| {
-        app.http.post(&url).header("content-type", "application/json").body(body).send()
+        app.http
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
     };
-    assert_error(post_raw("{not json").await.unwrap(), StatusCode::BAD_REQUEST, "bad_request").await;
-    assert_error(post_raw(r#"{"user_id": 42}"#).await.unwrap(), StatusCode::BAD_REQUEST, "bad_request").await;
-    assert_error(post_raw(r#"{}"#).await.unwrap(), StatusCode::BAD_REQUEST, "bad_request").await;
-    let no_type = app.http.post(&url).body(r#"{"user_id":"a"}"#).send().await.unwrap();
+    assert_error(
+        post_raw("{not json").await.unwrap(),
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    assert_error(
+        post_raw(r#"{"user_id": 42}"#).await.unwrap(),
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    assert_error(
+        post_raw(r#"{}"#).await.unwrap(),
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    let no_type = app
+        .http
+        .post(&url)
+        .body(r#"{"user_id":"a"}"#)
+        .send()
+        .await
+        .unwrap();
     assert_error(no_type, StatusCode::BAD_REQUEST, "bad_request").await;
     for bad_user in ["", "has space", "slash/", &"u".repeat(129)] {
-        assert_error(app.enter(&ev, bad_user).await, StatusCode::BAD_REQUEST, "bad_request").await;
+        assert_error(
+            app.enter(&ev, bad_user).await,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        )
+        .await;
     }
     for bad_event in ["Upper", "-dash", &"e".repeat(65)] {
-        assert_error(app.enter(bad_event, "alice").await, StatusCode::BAD_REQUEST, "bad_request").await;
+        assert_error(
+            app.enter(bad_event, "alice").await,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        )
+        .await;
     }
-    assert_error(app.poll(&ev, "not-a-uuid").await, StatusCode::BAD_REQUEST, "bad_request").await;
-    assert_error(app.leave(&ev, "12345").await, StatusCode::BAD_REQUEST, "bad_request").await;
+    assert_error(
+        app.poll(&ev, "not-a-uuid").await,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    assert_error(
+        app.leave(&ev, "12345").await,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
     // Admin: out-of-range and unknown fields, unknown strategy.
     for body in [
         json!({"shards": 0}),
@@ -41,7 +86,12 @@ async fn malformed_bodies_and_ids_are_400_bad_request() {
         json!({"shards": "eight"}),
         json!({"colour": "blue"}),
     ] {
-        assert_error(app.put_event(&ev, body).await, StatusCode::BAD_REQUEST, "bad_request").await;
+        assert_error(
+            app.put_event(&ev, body).await,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        )
+        .await;
     }
     let strategy = app
         .http
@@ -60,9 +110,21 @@ async fn admin_without_a_valid_token_is_401_unauthorized() {
     let url = format!("{}/admin/v1/events/{}", app.base, unique("e"));
     let none = app.http.put(&url).json(&json!({})).send().await.unwrap();
     assert_error(none, StatusCode::UNAUTHORIZED, "unauthorized").await;
-    let wrong = app.http.get(&url).bearer_auth("guess").send().await.unwrap();
+    let wrong = app
+        .http
+        .get(&url)
+        .bearer_auth("guess")
+        .send()
+        .await
+        .unwrap();
     assert_error(wrong, StatusCode::UNAUTHORIZED, "unauthorized").await;
-    let basic = app.http.get(&url).header("authorization", format!("Basic {ADMIN_TOKEN}")).send().await.unwrap();
+    let basic = app
+        .http
+        .get(&url)
+        .header("authorization", format!("Basic {ADMIN_TOKEN}"))
+        .send()
+        .await
+        .unwrap();
     assert_error(basic, StatusCode::UNAUTHORIZED, "unauthorized").await;
 }
 
@@ -70,12 +132,32 @@ async fn admin_without_a_valid_token_is_401_unauthorized() {
 async fn unknown_events_tickets_and_routes_are_404_not_found() {
     let app = spawn_app().await;
     let ev = unique("e");
-    assert_error(app.enter(&ev, "alice").await, StatusCode::NOT_FOUND, "not_found").await;
+    assert_error(
+        app.enter(&ev, "alice").await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
     let ticket = uuid::Uuid::new_v4().to_string();
-    assert_error(app.poll(&ev, &ticket).await, StatusCode::NOT_FOUND, "not_found").await;
+    assert_error(
+        app.poll(&ev, &ticket).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
     app.create_event(&ev, json!({"shards": 2})).await;
-    assert_error(app.poll(&ev, &ticket).await, StatusCode::NOT_FOUND, "not_found").await;
-    assert_error(app.leave(&ev, &ticket).await, StatusCode::NOT_FOUND, "not_found").await;
+    assert_error(
+        app.poll(&ev, &ticket).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+    assert_error(
+        app.leave(&ev, &ticket).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
     let admin = app
         .http
         .get(format!("{}/admin/v1/events/{}", app.base, unique("none")))
@@ -84,7 +166,12 @@ async fn unknown_events_tickets_and_routes_are_404_not_found() {
         .await
         .unwrap();
     assert_error(admin, StatusCode::NOT_FOUND, "not_found").await;
-    let route = app.http.get(format!("{}/v1/nothing/here", app.base)).send().await.unwrap();
+    let route = app
+        .http
+        .get(format!("{}/v1/nothing/here", app.base))
+        .send()
+        .await
+        .unwrap();
     assert_error(route, StatusCode::NOT_FOUND, "not_found").await;
 }
 
@@ -92,10 +179,21 @@ async fn unknown_events_tickets_and_routes_are_404_not_found() {
 async fn paused_or_closed_events_refuse_entry_with_409_event_closed() {
     let app = spawn_app().await;
     let ev = unique("e");
-    app.create_event(&ev, json!({"shards": 2, "state": "paused"})).await;
-    assert_error(app.enter(&ev, "alice").await, StatusCode::CONFLICT, "event_closed").await;
+    app.create_event(&ev, json!({"shards": 2, "state": "paused"}))
+        .await;
+    assert_error(
+        app.enter(&ev, "alice").await,
+        StatusCode::CONFLICT,
+        "event_closed",
+    )
+    .await;
     app.put_event(&ev, json!({"state": "closed"})).await;
-    assert_error(app.enter(&ev, "alice").await, StatusCode::CONFLICT, "event_closed").await;
+    assert_error(
+        app.enter(&ev, "alice").await,
+        StatusCode::CONFLICT,
+        "event_closed",
+    )
+    .await;
     app.put_event(&ev, json!({"state": "open"})).await;
     assert_eq!(app.enter(&ev, "alice").await.status(), StatusCode::OK);
 }
@@ -104,15 +202,27 @@ async fn paused_or_closed_events_refuse_entry_with_409_event_closed() {
 async fn resharding_a_line_with_people_in_it_is_409_conflict() {
     let app = spawn_app().await;
     let ev = unique("e");
-    app.create_event(&ev, json!({"shards": 4, "admit_per_second": 0})).await;
+    app.create_event(&ev, json!({"shards": 4, "admit_per_second": 0}))
+        .await;
     app.enter_ok(&ev, "alice").await;
-    assert_error(app.put_event(&ev, json!({"shards": 8})).await, StatusCode::CONFLICT, "conflict").await;
+    assert_error(
+        app.put_event(&ev, json!({"shards": 8})).await,
+        StatusCode::CONFLICT,
+        "conflict",
+    )
+    .await;
     assert_eq!(app.get_event(&ev).await["config"]["shards"], 4);
     // Same shard count is not a change; an empty line may be resharded.
-    assert_eq!(app.put_event(&ev, json!({"shards": 4})).await.status(), StatusCode::OK);
+    assert_eq!(
+        app.put_event(&ev, json!({"shards": 4})).await.status(),
+        StatusCode::OK
+    );
     let other = unique("e");
     app.create_event(&other, json!({"shards": 4})).await;
-    assert_eq!(app.put_event(&other, json!({"shards": 16})).await.status(), StatusCode::OK);
+    assert_eq!(
+        app.put_event(&other, json!({"shards": 16})).await.status(),
+        StatusCode::OK
+    );
     assert_eq!(app.shard_tags(&other).await.len(), 16);
 }
 
@@ -122,7 +232,13 @@ async fn bodies_over_64_kib_are_413_payload_too_large() {
     let ev = unique("e");
     app.create_event(&ev, json!({"shards": 2})).await;
     let big = json!({"user_id": "a", "pad": "x".repeat(70 * 1024)});
-    let r = app.http.post(format!("{}/v1/events/{ev}/queue", app.base)).json(&big).send().await.unwrap();
+    let r = app
+        .http
+        .post(format!("{}/v1/events/{ev}/queue", app.base))
+        .json(&big)
+        .send()
+        .await
+        .unwrap();
     assert_error(r, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large").await;
     let r = app
         .http
@@ -143,8 +259,12 @@ async fn a_client_polling_too_fast_gets_429_with_retry_after() {
     })
     .await;
     let ev = unique("e");
-    app.create_event(&ev, json!({"shards": 2, "admit_per_second": 0})).await;
-    let t = app.enter_ok(&ev, "alice").await["ticket"].as_str().unwrap().to_owned();
+    app.create_event(&ev, json!({"shards": 2, "admit_per_second": 0}))
+        .await;
+    let t = app.enter_ok(&ev, "alice").await["ticket"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let mut limited = None;
     for _ in 0..10 {
         let r = app.poll(&ev, &t).await;
@@ -155,7 +275,11 @@ async fn a_client_polling_too_fast_gets_429_with_retry_after() {
         assert_eq!(r.status(), StatusCode::OK);
     }
     let r = limited.expect("a burst of 10 polls is limited");
-    let retry: u64 = r.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    let retry: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(retry >= 1);
     assert_error(r, StatusCode::TOO_MANY_REQUESTS, "rate_limited").await;
     // Another client is not affected.
@@ -167,18 +291,34 @@ async fn redis_unreachable_is_503_with_retry_after_and_never_a_guess() {
     let mut redis = RedisProcs::standalone(7301);
     let app = spawn_app_with(|c| c.redis.nodes = vec!["redis://127.0.0.1:7301".into()]).await;
     let ev = unique("e");
-    app.create_event(&ev, json!({"shards": 2, "admit_per_second": 0})).await;
-    let t = app.enter_ok(&ev, "alice").await["ticket"].as_str().unwrap().to_owned();
+    app.create_event(&ev, json!({"shards": 2, "admit_per_second": 0}))
+        .await;
+    let t = app.enter_ok(&ev, "alice").await["ticket"]
+        .as_str()
+        .unwrap()
+        .to_owned();
 
     redis.kill(7301);
     // The event's configuration may be cached for up to 500 ms: wait it out so every request
     // must reach Redis.
     tokio::time::sleep(Duration::from_millis(600)).await;
-    for r in [app.enter(&ev, "bob").await, app.poll(&ev, &t).await, app.leave(&ev, &t).await] {
-        assert!(r.headers().contains_key("retry-after"), "503 carries Retry-After");
+    for r in [
+        app.enter(&ev, "bob").await,
+        app.poll(&ev, &t).await,
+        app.leave(&ev, &t).await,
+    ] {
+        assert!(
+            r.headers().contains_key("retry-after"),
+            "503 carries Retry-After"
+        );
         assert_error(r, StatusCode::SERVICE_UNAVAILABLE, "unavailable").await;
     }
-    let ready = app.http.get(format!("{}/readyz", app.base)).send().await.unwrap();
+    let ready = app
+        .http
+        .get(format!("{}/readyz", app.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(ready.headers().contains_key("retry-after"));
 }
@@ -187,18 +327,32 @@ async fn redis_unreachable_is_503_with_retry_after_and_never_a_guess() {
 async fn a_queue_key_of_the_wrong_type_is_moved_aside_and_the_line_keeps_working() {
     let app = spawn_app().await;
     let ev = unique("e");
-    app.create_event(&ev, json!({"shards": 1, "admit_per_second": 0})).await;
+    app.create_event(&ev, json!({"shards": 1, "admit_per_second": 0}))
+        .await;
     let tag = app.shard_tags(&ev).await.remove(0);
     let waiting = app.keys.shard(&tag).waiting;
-    let () = app.redis.clone().set(&waiting, "not a sorted set").await.unwrap();
+    let () = app
+        .redis
+        .clone()
+        .set(&waiting, "not a sorted set")
+        .await
+        .unwrap();
 
     let s = app.enter_ok(&ev, "alice").await;
     assert_eq!(s["position"], 1);
-    let kind: String = redis::cmd("TYPE").arg(&waiting).query_async(&mut app.redis.clone()).await.unwrap();
+    let kind: String = redis::cmd("TYPE")
+        .arg(&waiting)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
     assert_eq!(kind, "zset");
     // The bad value is kept aside for an operator, in the same slot.
     let pattern = format!("{waiting}:wrongtype:*");
-    let aside: Vec<String> = redis::cmd("KEYS").arg(&pattern).query_async(&mut app.redis.clone()).await.unwrap();
+    let aside: Vec<String> = redis::cmd("KEYS")
+        .arg(&pattern)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
     assert_eq!(aside.len(), 1, "{aside:?}");
     let kept: String = app.redis.clone().get(&aside[0]).await.unwrap();
     assert_eq!(kept, "not a sorted set");
@@ -217,9 +371,16 @@ async fn random_garbage_never_gets_a_500() {
             0 => format!("/v1/events/{ev}/queue"),
             1 => format!("/admin/v1/events/{ev}"),
             2 => format!("/admin/v1/events/{ev}/strategy"),
-            _ => format!("/v1/events/{}/queue", String::from_utf8_lossy(&body[..len.min(8)]).replace(['/', '?', '#'], "")),
+            _ => format!(
+                "/v1/events/{}/queue",
+                String::from_utf8_lossy(&body[..len.min(8)]).replace(['/', '?', '#'], "")
+            ),
         };
-        let method = if i % 4 == 1 || i % 4 == 2 { reqwest::Method::PUT } else { reqwest::Method::POST };
+        let method = if i % 4 == 1 || i % 4 == 2 {
+            reqwest::Method::PUT
+        } else {
+            reqwest::Method::POST
+        };
         let r = app
             .http
             .request(method, format!("{}{}", app.base, path))

@@ -17,11 +17,17 @@ async fn killing_a_primary_gives_503_during_failover_then_service_resumes_with_n
     let urls = cluster.urls();
     let app = spawn_app_with(|c| c.redis.nodes = urls).await;
     let ev = unique("e");
-    app.create_event(&ev, json!({"shards": 8, "admit_per_second": 0})).await;
+    app.create_event(&ev, json!({"shards": 8, "admit_per_second": 0}))
+        .await;
     let tags = app.shard_tags(&ev).await;
     let mut tickets = Vec::new();
     for i in 0..200 {
-        tickets.push(app.enter_ok(&ev, &format!("u{i}")).await["ticket"].as_str().unwrap().to_owned());
+        tickets.push(
+            app.enter_ok(&ev, &format!("u{i}")).await["ticket"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
     }
     cluster.sync_replicas();
 
@@ -47,13 +53,26 @@ async fn killing_a_primary_gives_503_during_failover_then_service_resumes_with_n
         if all_ok && seen.contains_key(&503) {
             break Instant::now();
         }
-        assert!(killed_at.elapsed() < Duration::from_secs(40), "no recovery: {seen:?}");
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(40),
+            "no recovery: {seen:?}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    assert!(seen.get(&503).copied().unwrap_or(0) > 0, "clients saw 503 during failover: {seen:?}");
+    assert!(
+        seen.get(&503).copied().unwrap_or(0) > 0,
+        "clients saw 503 during failover: {seen:?}"
+    );
     assert!(retry_after_on_every_503);
-    assert_eq!(seen.keys().filter(|c| **c != 200 && **c != 503).count(), 0, "only 200 or 503: {seen:?}");
-    eprintln!("failover: service back {:?} after the kill", recovered_at - killed_at);
+    assert_eq!(
+        seen.keys().filter(|c| **c != 200 && **c != 503).count(),
+        0,
+        "only 200 or 503: {seen:?}"
+    );
+    eprintln!(
+        "failover: service back {:?} after the kill",
+        recovered_at - killed_at
+    );
 
     // Nobody waiting is lost: everyone still has a position, exactly 1..200.
     let mut positions = Vec::new();

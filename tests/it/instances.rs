@@ -26,7 +26,11 @@ impl Drop for Instance {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn start(prefix: &str, id: &str) -> Instance {
@@ -44,12 +48,25 @@ fn start(prefix: &str, id: &str) -> Instance {
         .stdout(Stdio::null())
         .spawn()
         .expect("waitroom binary starts");
-    Instance { child: Some(child), base: format!("http://127.0.0.1:{port}"), id: id.to_owned() }
+    Instance {
+        child: Some(child),
+        base: format!("http://127.0.0.1:{port}"),
+        id: id.to_owned(),
+    }
 }
 
 async fn stats(http: &reqwest::Client, base: &str, ev: &str) -> Option<Value> {
-    let r = http.get(format!("{base}/admin/v1/events/{ev}")).bearer_auth(ADMIN_TOKEN).send().await.ok()?;
-    (r.status() == StatusCode::OK).then(|| r.json::<Value>())?.await.ok().map(|v| v["stats"].clone())
+    let r = http
+        .get(format!("{base}/admin/v1/events/{ev}"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .ok()?;
+    (r.status() == StatusCode::OK)
+        .then(|| r.json::<Value>())?
+        .await
+        .ok()
+        .map(|v| v["stats"].clone())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -62,7 +79,14 @@ async fn killing_the_admitting_instance_hands_admission_to_the_other_without_dou
         let health = format!("{}/healthz", i.base);
         eventually(Duration::from_secs(30), "instance up", || {
             let (http, health) = (http.clone(), health.clone());
-            async move { http.get(&health).send().await.ok().filter(|r| r.status().is_success()).map(|_| ()) }
+            async move {
+                http.get(&health)
+                    .send()
+                    .await
+                    .ok()
+                    .filter(|r| r.status().is_success())
+                    .map(|_| ())
+            }
         })
         .await;
     }
@@ -79,7 +103,12 @@ async fn killing_the_admitting_instance_hands_admission_to_the_other_without_dou
     assert_eq!(r.status(), StatusCode::CREATED);
     for n in 0..300 {
         let base = &instances[n % 2].base;
-        let r = http.post(format!("{base}/v1/events/{ev}/queue")).json(&json!({"user_id": format!("u{n}")})).send().await.unwrap();
+        let r = http
+            .post(format!("{base}/v1/events/{ev}/queue"))
+            .json(&json!({"user_id": format!("u{n}")}))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), StatusCode::OK);
     }
     http.put(format!("{}/admin/v1/events/{ev}", instances[1].base))
@@ -95,11 +124,15 @@ async fn killing_the_admitting_instance_hands_admission_to_the_other_without_dou
         let (http, base0, ev) = (http.clone(), base0.clone(), ev.clone());
         async move {
             let s = stats(&http, &base0, &ev).await?;
-            (s["admitted_total"].as_u64()? >= 20).then(|| s["admission_leader"].as_str().map(str::to_owned))?
+            (s["admitted_total"].as_u64()? >= 20)
+                .then(|| s["admission_leader"].as_str().map(str::to_owned))?
         }
     })
     .await;
-    let li = instances.iter().position(|i| i.id == leader).expect("leader is one of ours");
+    let li = instances
+        .iter()
+        .position(|i| i.id == leader)
+        .expect("leader is one of ours");
     let mut dead = instances.remove(li);
     dead.child.as_mut().unwrap().kill().unwrap();
     dead.child.take().unwrap().wait().unwrap();
@@ -107,13 +140,17 @@ async fn killing_the_admitting_instance_hands_admission_to_the_other_without_dou
 
     // The survivor takes over and admits everyone.
     let base = survivor.base.clone();
-    let final_stats = eventually(Duration::from_secs(40), "everyone admitted by the survivor", || {
-        let (http, base, ev) = (http.clone(), base.clone(), ev.clone());
-        async move {
-            let s = stats(&http, &base, &ev).await?;
-            (s["admitted_total"] == 300).then_some(s)
-        }
-    })
+    let final_stats = eventually(
+        Duration::from_secs(40),
+        "everyone admitted by the survivor",
+        || {
+            let (http, base, ev) = (http.clone(), base.clone(), ev.clone());
+            async move {
+                let s = stats(&http, &base, &ev).await?;
+                (s["admitted_total"] == 300).then_some(s)
+            }
+        },
+    )
     .await;
     assert_eq!(final_stats["admission_leader"], survivor.id.as_str());
     assert_eq!(final_stats["waiting"], 0);
@@ -121,12 +158,20 @@ async fn killing_the_admitting_instance_hands_admission_to_the_other_without_dou
 
     // Nobody admitted twice: the counters (bumped atomically with each move) equal the number
     // of distinct people in the active sets, which equals the number who entered.
-    let cfg = waitroom::config::Config { ..test_config(&prefix) };
+    let cfg = waitroom::config::Config {
+        ..test_config(&prefix)
+    };
     let redis = waitroom::redis::connect(&cfg.redis).await.unwrap();
     let keys = waitroom::redis::keys::Keys::new(prefix.clone());
     let tags: Vec<String> = serde_json::from_value(
-        http.get(format!("{base}/admin/v1/events/{ev}")).bearer_auth(ADMIN_TOKEN).send().await.unwrap().json::<Value>().await.unwrap()
-            ["config"]["shard_tags"]
+        http.get(format!("{base}/admin/v1/events/{ev}"))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()["config"]["shard_tags"]
             .clone(),
     )
     .unwrap();
@@ -134,7 +179,12 @@ async fn killing_the_admitting_instance_hands_admission_to_the_other_without_dou
     assert_eq!(active.len(), 300);
     let mut counted = 0u64;
     for t in &tags {
-        counted += redis.clone().get::<_, Option<u64>>(keys.shard(t).admitted).await.unwrap().unwrap_or(0);
+        counted += redis
+            .clone()
+            .get::<_, Option<u64>>(keys.shard(t).admitted)
+            .await
+            .unwrap()
+            .unwrap_or(0);
     }
     assert_eq!(counted, 300);
 }

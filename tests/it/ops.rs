@@ -8,35 +8,66 @@ use crate::common::{spawn_app, unique};
 #[tokio::test]
 async fn healthz_and_readyz_report_the_stack() {
     let app = spawn_app().await;
-    let health = app.http.get(format!("{}/healthz", app.base)).send().await.unwrap();
+    let health = app
+        .http
+        .get(format!("{}/healthz", app.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(health.status(), StatusCode::OK);
-    let ready = app.http.get(format!("{}/readyz", app.base)).send().await.unwrap();
+    let ready = app
+        .http
+        .get(format!("{}/readyz", app.base))
+        .send()
+        .await
+        .unwrap();
     let status = ready.status();
     let body: Value = ready.json().await.unwrap();
     assert_eq!(status, StatusCode::OK, "{body}");
-    assert_eq!(body["checks"], json!({"redis": "ok", "postgres": "ok", "kafka": "ok"}));
+    assert_eq!(
+        body["checks"],
+        json!({"redis": "ok", "postgres": "ok", "kafka": "ok"})
+    );
 }
 
 #[tokio::test]
 async fn metrics_show_requests_by_route_and_queue_sizes() {
     let app = spawn_app().await;
     let ev = unique("e");
-    app.create_event(&ev, json!({"shards": 2, "admit_per_second": 5, "active_capacity": 1})).await;
+    app.create_event(
+        &ev,
+        json!({"shards": 2, "admit_per_second": 5, "active_capacity": 1}),
+    )
+    .await;
     for i in 0..3 {
         app.enter_ok(&ev, &format!("u{i}")).await;
     }
-    crate::common::eventually(std::time::Duration::from_secs(10), "one admitted", || async {
-        (app.get_event(&ev).await["stats"]["admitted_total"] == 1).then_some(())
-    })
+    crate::common::eventually(
+        std::time::Duration::from_secs(10),
+        "one admitted",
+        || async { (app.get_event(&ev).await["stats"]["admitted_total"] == 1).then_some(()) },
+    )
     .await;
-    let text = app.http.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+    let text = app
+        .http
+        .get(format!("{}/metrics", app.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(
-        text.lines().any(|l| l.starts_with("waitroom_http_requests_total")
-            && l.contains(r#"route="/v1/events/{event}/queue""#)
-            && l.contains(r#"status="200""#)),
+        text.lines()
+            .any(|l| l.starts_with("waitroom_http_requests_total")
+                && l.contains(r#"route="/v1/events/{event}/queue""#)
+                && l.contains(r#"status="200""#)),
         "{text}"
     );
-    assert!(text.contains("waitroom_http_request_duration_seconds_bucket"), "{text}");
+    assert!(
+        text.contains("waitroom_http_request_duration_seconds_bucket"),
+        "{text}"
+    );
     let waiting = format!(r#"waitroom_queue_waiting{{event="{ev}"}} 2"#);
     let active = format!(r#"waitroom_queue_active{{event="{ev}"}} 1"#);
     assert!(text.contains(&waiting), "missing {waiting}");
@@ -52,10 +83,17 @@ async fn shutdown_releases_the_admission_lease_for_the_next_instance() {
     let mut redis = app.redis.clone();
     crate::common::eventually(std::time::Duration::from_secs(10), "lease taken", || {
         let (mut r, k) = (redis.clone(), lease.clone());
-        async move { redis::AsyncCommands::exists::<_, bool>(&mut r, k).await.unwrap().then_some(()) }
+        async move {
+            redis::AsyncCommands::exists::<_, bool>(&mut r, k)
+                .await
+                .unwrap()
+                .then_some(())
+        }
     })
     .await;
     app.stop().await;
-    let held: bool = redis::AsyncCommands::exists(&mut redis, &lease).await.unwrap();
+    let held: bool = redis::AsyncCommands::exists(&mut redis, &lease)
+        .await
+        .unwrap();
     assert!(!held, "a stopped instance gives its lease back");
 }

@@ -16,7 +16,8 @@ async fn five_thousand_concurrent_enters_get_positions_one_to_w_in_arrival_order
     // Arrange: 8 shards, admission held back.
     let app = Arc::new(spawn_app().await);
     let ev = unique("e");
-    app.create_event(&ev, json!({"shards": 8, "admit_per_second": 0})).await;
+    app.create_event(&ev, json!({"shards": 8, "admit_per_second": 0}))
+        .await;
 
     // Act: 5,000 concurrent enters, then 100 sequential ones.
     let gate = Arc::new(Semaphore::new(200));
@@ -68,7 +69,11 @@ async fn five_thousand_concurrent_enters_get_positions_one_to_w_in_arrival_order
     }
     let mut sorted: Vec<u64> = position.values().copied().collect();
     sorted.sort();
-    assert_eq!(sorted, (1..=5100).collect::<Vec<_>>(), "positions are exactly 1..W");
+    assert_eq!(
+        sorted,
+        (1..=5100).collect::<Vec<_>>(),
+        "positions are exactly 1..W"
+    );
 
     // The sequential enters came last and in order.
     for (i, t) in sequential.iter().enumerate() {
@@ -80,8 +85,12 @@ async fn five_thousand_concurrent_enters_get_positions_one_to_w_in_arrival_order
     let tags = app.shard_tags(&ev).await;
     let mut keyed = Vec::new();
     for (shard, tag) in tags.iter().enumerate() {
-        let members: Vec<(String, f64)> =
-            app.redis.clone().zrange_withscores(app.keys.shard(tag).waiting, 0, -1).await.unwrap();
+        let members: Vec<(String, f64)> = app
+            .redis
+            .clone()
+            .zrange_withscores(app.keys.shard(tag).waiting, 0, -1)
+            .await
+            .unwrap();
         for (m, s) in members {
             keyed.push((s, shard, m));
         }
@@ -104,18 +113,32 @@ async fn shards_spread_over_every_primary_and_keys_of_a_shard_share_a_slot() {
     let mut per_primary: HashMap<String, usize> = HashMap::new();
     for tag in &tags {
         let k = app.keys.shard(tag);
-        let s: u16 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(&k.waiting).query_async(&mut app.redis.clone()).await.unwrap();
+        let s: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(&k.waiting)
+            .query_async(&mut app.redis.clone())
+            .await
+            .unwrap();
         assert_eq!(s, slot(&k.waiting));
         assert_eq!(s, slot(&k.active));
-        let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(&mut app.redis.clone()).await.unwrap();
+        let nodes: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query_async(&mut app.redis.clone())
+            .await
+            .unwrap();
         let owner = nodes
             .lines()
             .find(|l| {
                 let f: Vec<&str> = l.split_whitespace().collect();
-                f.len() > 8 && f[2].contains("master") && f[8..].iter().any(|r| {
-                    let (lo, hi) = r.split_once('-').map(|(a, b)| (a.parse().unwrap_or(1), b.parse().unwrap_or(0))).unwrap_or((0, 0));
-                    (lo..=hi).contains(&s)
-                })
+                f.len() > 8
+                    && f[2].contains("master")
+                    && f[8..].iter().any(|r| {
+                        let (lo, hi) = r
+                            .split_once('-')
+                            .map(|(a, b)| (a.parse().unwrap_or(1), b.parse().unwrap_or(0)))
+                            .unwrap_or((0, 0));
+                        (lo..=hi).contains(&s)
+                    })
             })
             .map(|l| l.split_whitespace().nth(1).unwrap().to_owned())
             .expect("a primary serves the slot");
@@ -123,14 +146,19 @@ async fn shards_spread_over_every_primary_and_keys_of_a_shard_share_a_slot() {
     }
     let mut counts: Vec<usize> = per_primary.values().copied().collect();
     counts.sort();
-    assert_eq!(counts, vec![2, 3, 3], "8 shards over 3 primaries spread as evenly as possible");
+    assert_eq!(
+        counts,
+        vec![2, 3, 3],
+        "8 shards over 3 primaries spread as evenly as possible"
+    );
 }
 
 #[tokio::test]
 async fn re_entering_returns_the_same_ticket_and_never_a_worse_position() {
     let app = spawn_app().await;
     let ev = unique("e");
-    app.create_event(&ev, json!({"shards": 4, "admit_per_second": 0})).await;
+    app.create_event(&ev, json!({"shards": 4, "admit_per_second": 0}))
+        .await;
     for i in 0..20 {
         app.enter_ok(&ev, &format!("u{i}")).await;
     }
@@ -141,7 +169,12 @@ async fn re_entering_returns_the_same_ticket_and_never_a_worse_position() {
     }
     // Someone ahead leaves: alice moves up, and re-entering keeps her place.
     let ahead = app.enter_ok(&ev, "u0").await;
-    assert_eq!(app.leave(&ev, ahead["ticket"].as_str().unwrap()).await.status(), StatusCode::NO_CONTENT);
+    assert_eq!(
+        app.leave(&ev, ahead["ticket"].as_str().unwrap())
+            .await
+            .status(),
+        StatusCode::NO_CONTENT
+    );
     let again = app.enter_ok(&ev, "alice").await;
     assert_eq!(again["ticket"], first["ticket"]);
     assert_eq!(again["position"], 20);
@@ -154,11 +187,16 @@ async fn re_entering_returns_the_same_ticket_and_never_a_worse_position() {
 async fn leaving_removes_the_ticket_and_closes_the_gap() {
     let app = spawn_app().await;
     let ev = unique("e");
-    app.create_event(&ev, json!({"shards": 3, "admit_per_second": 0})).await;
+    app.create_event(&ev, json!({"shards": 3, "admit_per_second": 0}))
+        .await;
     let a = app.enter_ok(&ev, "a").await;
     let b = app.enter_ok(&ev, "b").await;
     let c = app.enter_ok(&ev, "c").await;
-    let (a, b, c) = (a["ticket"].as_str().unwrap(), b["ticket"].as_str().unwrap(), c["ticket"].as_str().unwrap());
+    let (a, b, c) = (
+        a["ticket"].as_str().unwrap(),
+        b["ticket"].as_str().unwrap(),
+        c["ticket"].as_str().unwrap(),
+    );
     assert_eq!(app.leave(&ev, b).await.status(), StatusCode::NO_CONTENT);
     assert_eq!(app.poll(&ev, b).await.status(), StatusCode::NOT_FOUND);
     assert_eq!(app.leave(&ev, b).await.status(), StatusCode::NOT_FOUND);
@@ -175,7 +213,11 @@ async fn poll_interval_is_longer_far_back_and_jittered() {
     let app = spawn_app().await;
     let ev = unique("e");
     // Admission is open but capacity 0: the rate is known, nobody moves.
-    app.create_event(&ev, json!({"shards": 2, "admit_per_second": 10, "active_capacity": 0})).await;
+    app.create_event(
+        &ev,
+        json!({"shards": 2, "admit_per_second": 10, "active_capacity": 0}),
+    )
+    .await;
     let mut last = None;
     for i in 0..400 {
         let s = app.enter_ok(&ev, &format!("u{i}")).await;
@@ -183,22 +225,29 @@ async fn poll_interval_is_longer_far_back_and_jittered() {
     }
     let first = app.enter_ok(&ev, "u0").await;
     let last = last.unwrap();
-    let near: Vec<u64> = futures::future::join_all((0..20).map(|_| app.poll_ok(&ev, first["ticket"].as_str().unwrap())))
-        .await
-        .iter()
-        .map(|s| s["next_poll_ms"].as_u64().unwrap())
-        .collect();
-    let far: Vec<u64> = futures::future::join_all((0..20).map(|_| app.poll_ok(&ev, last["ticket"].as_str().unwrap())))
-        .await
-        .iter()
-        .map(|s| s["next_poll_ms"].as_u64().unwrap())
-        .collect();
+    let near: Vec<u64> = futures::future::join_all(
+        (0..20).map(|_| app.poll_ok(&ev, first["ticket"].as_str().unwrap())),
+    )
+    .await
+    .iter()
+    .map(|s| s["next_poll_ms"].as_u64().unwrap())
+    .collect();
+    let far: Vec<u64> = futures::future::join_all(
+        (0..20).map(|_| app.poll_ok(&ev, last["ticket"].as_str().unwrap())),
+    )
+    .await
+    .iter()
+    .map(|s| s["next_poll_ms"].as_u64().unwrap())
+    .collect();
     // Position 1 at 10/s: 1 s base ± 20 %; position 400: 10 s base ± 20 %.
     assert!(near.iter().all(|ms| (800..=1200).contains(ms)), "{near:?}");
     assert!(far.iter().all(|ms| (8000..=12000).contains(ms)), "{far:?}");
     let mut distinct = far.clone();
     distinct.sort();
     distinct.dedup();
-    assert!(distinct.len() > 1, "jitter varies between responses: {far:?}");
+    assert!(
+        distinct.len() > 1,
+        "jitter varies between responses: {far:?}"
+    );
     assert_eq!(last["eta_seconds"].as_f64().unwrap(), 40.0);
 }

@@ -13,10 +13,20 @@ async fn the_waiting_room_runs_unchanged_on_one_non_cluster_redis() {
     let app = spawn_app_with(|c| c.redis.nodes = vec!["redis://127.0.0.1:7300".into()]).await;
     assert!(!app.redis.is_cluster(), "cluster mode detected as off");
     let ev = unique("e");
-    app.create_event(&ev, json!({"shards": 4, "admit_per_second": 0, "active_capacity": 5})).await;
-    assert_eq!(app.shard_tags(&ev).await, vec![
-        format!("{{{ev}:0}}"), format!("{{{ev}:1}}"), format!("{{{ev}:2}}"), format!("{{{ev}:3}}")
-    ]);
+    app.create_event(
+        &ev,
+        json!({"shards": 4, "admit_per_second": 0, "active_capacity": 5}),
+    )
+    .await;
+    assert_eq!(
+        app.shard_tags(&ev).await,
+        vec![
+            format!("{{{ev}:0}}"),
+            format!("{{{ev}:1}}"),
+            format!("{{{ev}:2}}"),
+            format!("{{{ev}:3}}")
+        ]
+    );
     let mut tickets = Vec::new();
     for i in 0..40 {
         let s = app.enter_ok(&ev, &format!("u{i}")).await;

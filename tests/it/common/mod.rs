@@ -68,10 +68,15 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
     let base = format!("http://127.0.0.1:{}", app.port());
     let shutdown = CancellationToken::new();
     let handle = tokio::spawn(app.run_until_stopped(shutdown.clone()));
-    let redis = waitroom::redis::connect(&redis_cfg).await.expect("test redis connection");
+    let redis = waitroom::redis::connect(&redis_cfg)
+        .await
+        .expect("test redis connection");
     TestApp {
         base,
-        http: reqwest::Client::builder().pool_max_idle_per_host(256).build().unwrap(),
+        http: reqwest::Client::builder()
+            .pool_max_idle_per_host(256)
+            .build()
+            .unwrap(),
         keys: Keys::new(redis_cfg.key_prefix.clone()),
         redis,
         shutdown,
@@ -107,7 +112,12 @@ impl TestApp {
     /// Creates an event and asserts it was created.
     pub async fn create_event(&self, event: &str, body: Value) {
         let r = self.put_event(event, body).await;
-        assert_eq!(r.status(), StatusCode::CREATED, "{}", r.text().await.unwrap());
+        assert_eq!(
+            r.status(),
+            StatusCode::CREATED,
+            "{}",
+            r.text().await.unwrap()
+        );
     }
 
     pub async fn get_event(&self, event: &str) -> Value {
@@ -175,7 +185,11 @@ impl TestApp {
 pub async fn active_tickets(redis: &RedisConn, keys: &Keys, tags: &[String]) -> HashSet<String> {
     let mut all = HashSet::new();
     for tag in tags {
-        let members: Vec<String> = redis.clone().zrange(keys.shard(tag).active, 0, -1).await.unwrap();
+        let members: Vec<String> = redis
+            .clone()
+            .zrange(keys.shard(tag).active, 0, -1)
+            .await
+            .unwrap();
         all.extend(members);
     }
     all
@@ -202,6 +216,9 @@ pub async fn assert_error(r: Response, status: StatusCode, code: &str) -> Value 
     assert_eq!(r.status(), status, "expected {status} {code}");
     let body: Value = r.json().await.expect("error body is JSON");
     assert_eq!(body["error"], code, "{body}");
-    assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    assert!(
+        body["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
     body
 }

@@ -15,19 +15,40 @@ fn start_node(dir: &std::path::Path, port: u16, cluster: bool) -> Child {
     let d = dir.join(port.to_string());
     std::fs::create_dir_all(&d).unwrap();
     let mut cmd = Command::new("redis-server");
-    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .arg("--dir")
-        .arg(&d)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    cmd.args([
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ])
+    .arg("--dir")
+    .arg(&d)
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
     if cluster {
-        cmd.args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"]);
+        cmd.args([
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000",
+        ]);
     }
     cmd.spawn().expect("redis-server starts")
 }
 
 fn cli(port: u16, args: &[&str]) -> String {
-    let out = Command::new("redis-cli").arg("-p").arg(port.to_string()).args(args).output().unwrap();
+    let out = Command::new("redis-cli")
+        .arg("-p")
+        .arg(port.to_string())
+        .args(args)
+        .output()
+        .unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -42,21 +63,36 @@ fn wait_until(limit: Duration, what: &str, mut ok: impl FnMut() -> bool) {
 impl RedisProcs {
     /// One standalone Redis on `port`.
     pub fn standalone(port: u16) -> Self {
-        let dir = std::env::temp_dir().join(format!("waitroom-test-redis-{port}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("waitroom-test-redis-{port}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let child = start_node(&dir, port, false);
-        wait_until(Duration::from_secs(10), "standalone redis", || cli(port, &["ping"]).contains("PONG"));
-        RedisProcs { ports: vec![port], children: vec![Some(child)], dir }
+        wait_until(Duration::from_secs(10), "standalone redis", || {
+            cli(port, &["ping"]).contains("PONG")
+        });
+        RedisProcs {
+            ports: vec![port],
+            children: vec![Some(child)],
+            dir,
+        }
     }
 
     /// A cluster of 3 primaries + 3 replicas on `base..base+6`, ready and fully linked.
     pub fn cluster(base: u16) -> Self {
-        let dir = std::env::temp_dir().join(format!("waitroom-test-cluster-{base}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!(
+            "waitroom-test-cluster-{base}-{}",
+            std::process::id()
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         let ports: Vec<u16> = (base..base + 6).collect();
-        let children = ports.iter().map(|p| Some(start_node(&dir, *p, true))).collect();
+        let children = ports
+            .iter()
+            .map(|p| Some(start_node(&dir, *p, true)))
+            .collect();
         for p in &ports {
-            wait_until(Duration::from_secs(10), "cluster node", || cli(*p, &["ping"]).contains("PONG"));
+            wait_until(Duration::from_secs(10), "cluster node", || {
+                cli(*p, &["ping"]).contains("PONG")
+            });
         }
         let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let out = Command::new("redis-cli")
@@ -66,8 +102,16 @@ impl RedisProcs {
             .args(["--cluster-replicas", "1", "--cluster-yes"])
             .output()
             .unwrap();
-        assert!(out.status.success(), "cluster create: {}", String::from_utf8_lossy(&out.stdout));
-        let procs = RedisProcs { ports, children, dir };
+        assert!(
+            out.status.success(),
+            "cluster create: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let procs = RedisProcs {
+            ports,
+            children,
+            dir,
+        };
         procs.wait_healthy(Duration::from_secs(30));
         procs
     }
@@ -82,12 +126,16 @@ impl RedisProcs {
             .map(|(p, _)| *p)
             .collect();
         wait_until(limit, "cluster healthy", || {
-            live.iter().all(|p| cli(*p, &["cluster", "info"]).contains("cluster_state:ok"))
+            live.iter()
+                .all(|p| cli(*p, &["cluster", "info"]).contains("cluster_state:ok"))
         });
     }
 
     pub fn urls(&self) -> Vec<String> {
-        self.ports.iter().map(|p| format!("redis://127.0.0.1:{p}")).collect()
+        self.ports
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}"))
+            .collect()
     }
 
     /// Port of the primary serving `slot`.
@@ -127,7 +175,11 @@ impl RedisProcs {
 
     /// kill -9 of the node on `port`.
     pub fn kill(&mut self, port: u16) {
-        let i = self.ports.iter().position(|p| *p == port).expect("known port");
+        let i = self
+            .ports
+            .iter()
+            .position(|p| *p == port)
+            .expect("known port");
         if let Some(mut c) = self.children[i].take() {
             c.kill().unwrap();
             c.wait().unwrap();
