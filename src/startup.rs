@@ -124,6 +124,7 @@ impl Application {
                 }
             });
         }
+        tokio::spawn(migrate_when_reachable(self.state.readiness.db.clone(), shutdown.clone()));
         let drain = Duration::from_secs(self.config.http.drain_seconds);
         let app = http::router(self.state);
         let token = shutdown.clone();
@@ -139,6 +140,21 @@ impl Application {
             Err(_) => tracing::warn!("requests still in flight after the drain timeout; exiting"),
         }
         Ok(())
+    }
+}
+
+/// Applies the migrations once PostgreSQL answers. The waiting line does not need the database,
+/// so a database that is down at start-up delays only this, not the service.
+async fn migrate_when_reachable(db: sqlx::PgPool, shutdown: CancellationToken) {
+    loop {
+        match sqlx::migrate!("./migrations").run(&db).await {
+            Ok(()) => return,
+            Err(e) => tracing::warn!(error = %e, "migrations not applied yet; retrying"),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
     }
 }
 
