@@ -124,7 +124,10 @@ impl Application {
                 }
             });
         }
-        tokio::spawn(migrate_when_reachable(self.state.readiness.db.clone(), shutdown.clone()));
+        tokio::spawn(migrate_when_reachable(
+            self.state.readiness.db.clone(),
+            shutdown.clone(),
+        ));
         let drain = Duration::from_secs(self.config.http.drain_seconds);
         let app = http::router(self.state);
         let token = shutdown.clone();
