@@ -12,6 +12,9 @@
 //!   member); its total order is the global arrival order all exact strategies agree on.
 //! - [`merge`]: K-way merge of shard heads (admission for `timestamp` and `global_counter`).
 //! - [`timestamp`]: exact position from per-shard counts of those ahead.
+//! - [`statistical`]: estimated position from the own shard's rank and the line's total.
+//! - [`round_robin`]: admission dealt over shards in rotation (`statistical`).
+//! - [`hybrid`]: the policy that picks `timestamp` or `statistical` from measured error.
 //!
 //! ## Invariant
 //! Every strategy reads the same stored key (arrival score per shard), so switching strategy
@@ -19,7 +22,10 @@
 
 #![forbid(unsafe_code)]
 
+pub mod hybrid;
 pub mod merge;
+pub mod round_robin;
+pub mod statistical;
 pub mod timestamp;
 
 use std::fmt;
