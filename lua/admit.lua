@@ -4,7 +4,8 @@
 -- KEYS[2]  active zset of the shard
 -- KEYS[3]  admitted-total counter of the shard
 -- ARGV[1]  at most this many
--- ARGV[2]  score of the last member the scheduler chose in this shard
+-- ARGV[2]  score of the last member the scheduler chose in this shard ('' = no bound: the
+--          first ARGV[1] members, as round-robin admission asks)
 -- ARGV[3]  that member
 -- ARGV[4]  now, ms (the active set's score: admission time)
 -- Returns  the admitted members, in order
@@ -13,12 +14,13 @@
 -- read the heads, this admits fewer rather than someone further back, so global order holds.
 -- The move and the counter are one atomic step: nobody is admitted twice or uncounted.
 local n = tonumber(ARGV[1])
+local bounded = ARGV[2] ~= ''
 local last_score = tonumber(ARGV[2])
 local heads = redis.call('ZRANGE', KEYS[1], 0, n - 1, 'WITHSCORES')
 local admitted = {}
 for i = 1, #heads, 2 do
   local member, score = heads[i], tonumber(heads[i + 1])
-  if score < last_score or (score == last_score and member <= ARGV[3]) then
+  if not bounded or score < last_score or (score == last_score and member <= ARGV[3]) then
     redis.call('ZREM', KEYS[1], member)
     redis.call('ZADD', KEYS[2], ARGV[4], member)
     admitted[#admitted + 1] = member

@@ -6,17 +6,18 @@
 -- ARGV[2]  arrival score (microseconds, strictly increasing per service instance)
 -- ARGV[3]  now, ms
 -- ARGV[4]  active session length, ms
--- Returns  {2, admitted_at_ms, 0}  when the ticket holds a live active session
---          {1, score, rank}        when it waits (rank 0-based within the shard)
+-- Returns  {2, admitted_at_ms, 0, 0}       when the ticket holds a live active session
+--          {1, score, rank, shard_size}   when it waits (rank 0-based within the shard)
 --
 -- ZADD NX: entering again never changes the stored score, so nobody is ever moved back.
 -- An active session that has run out is dropped here and the ticket queues anew at the back.
 local adm = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if adm then
   if tonumber(adm) + tonumber(ARGV[4]) > tonumber(ARGV[3]) then
-    return {2, adm, 0}
+    return {2, adm, 0, 0}
   end
   redis.call('ZREM', KEYS[2], ARGV[1])
 end
 redis.call('ZADD', KEYS[1], 'NX', ARGV[2], ARGV[1])
-return {1, redis.call('ZSCORE', KEYS[1], ARGV[1]), redis.call('ZRANK', KEYS[1], ARGV[1])}
+return {1, redis.call('ZSCORE', KEYS[1], ARGV[1]), redis.call('ZRANK', KEYS[1], ARGV[1]),
+        redis.call('ZCARD', KEYS[1])}

@@ -5,19 +5,19 @@
 -- ARGV[1]  ticket
 -- ARGV[2]  now, ms
 -- ARGV[3]  active session length, ms
--- Returns  {2, admitted_at_ms, 0}  active
---          {1, score, rank}        waiting
---          {0, '0', 0}             unknown, left, or session over (a lapsed session is removed)
+-- Returns  {2, admitted_at_ms, 0, 0}      active
+--          {1, score, rank, shard_size}  waiting
+--          {0, '0', 0, 0}                unknown, left, or session over (a lapsed session is removed)
 local adm = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if adm then
   if tonumber(adm) + tonumber(ARGV[3]) > tonumber(ARGV[2]) then
-    return {2, adm, 0}
+    return {2, adm, 0, 0}
   end
   redis.call('ZREM', KEYS[2], ARGV[1])
-  return {0, '0', 0}
+  return {0, '0', 0, 0}
 end
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not score then
-  return {0, '0', 0}
+  return {0, '0', 0, 0}
 end
-return {1, score, redis.call('ZRANK', KEYS[1], ARGV[1])}
+return {1, score, redis.call('ZRANK', KEYS[1], ARGV[1]), redis.call('ZCARD', KEYS[1])}

@@ -3,7 +3,8 @@
 //! A ticket is an HMAC-SHA256 of the event and user id under the shared secret, shaped as a
 //! UUID (version 8, "custom"). So entering again with the same user id yields the same ticket on
 //! every instance without any lookup — Redis stores one sorted-set member per person, nothing
-//! else — and nobody can guess another user's ticket without the secret.
+//! else. The ticket is stable per user id: waitroom does not authenticate user ids, so whoever
+//! presents a user id gets that user's ticket (authenticating users is the operator's front end).
 //!
 //! An access token is `base64url(claims JSON) "." base64url(HMAC-SHA256(claims))`, bound to an
 //! event and a ticket and expiring with the active session.

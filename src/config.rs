@@ -47,7 +47,7 @@ pub struct Config {
     /// `development` or `production` (production refuses the built-in dev secrets).
     #[arg(long, env = "WAITROOM_ENV", default_value = "development")]
     pub env: String,
-    /// This instance's id in admission leases (default: host, pid and a random suffix).
+    /// This instance's id in admission leases (default: `<pid>-<random uuid>`).
     #[arg(long, env = "WAITROOM_INSTANCE_ID")]
     pub instance_id: Option<String>,
     #[command(flatten)]

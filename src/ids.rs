@@ -93,6 +93,12 @@ impl Ticket {
         Ticket(u)
     }
 
+    /// A number in `0..1` fixed for this ticket and spread uniformly over tickets (the ticket's
+    /// bits are an HMAC output): per-client jitter without storing anything.
+    pub fn spread(self) -> f64 {
+        (self.0.as_u128() % 1_000_000) as f64 / 1_000_000.0
+    }
+
     /// Hyphenated lowercase form: the sorted-set member and the wire form.
     pub fn to_member(self) -> String {
         self.0.hyphenated().to_string()

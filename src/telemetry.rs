@@ -20,6 +20,12 @@ pub const ADMITTED_TOTAL: &str = "waitroom_admitted_total";
 pub const ADMISSION_ERRORS: &str = "waitroom_admission_errors_total";
 /// Requests answered 503 because Redis could not answer.
 pub const REDIS_UNAVAILABLE: &str = "waitroom_redis_unavailable_total";
+/// |shown − exact| position of sampled waiting people, by `strategy` (exact ones record 0).
+pub const POSITION_ERROR: &str = "waitroom_position_error";
+/// 1 while a `hybrid` event shows estimated positions, by `event`.
+pub const HYBRID_ESTIMATED: &str = "waitroom_hybrid_estimated";
+/// `hybrid` mode changes, by `event` and `to`.
+pub const HYBRID_SWITCHES: &str = "waitroom_hybrid_switches_total";
 /// Keys found holding the wrong type and moved aside.
 pub const WRONGTYPE_REPAIRS: &str = "waitroom_wrongtype_repairs_total";
 
@@ -42,6 +48,13 @@ pub fn metrics_handle() -> PrometheusHandle {
             ];
             let recorder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Full(HTTP_LATENCY.to_owned()), &buckets)
+                .expect("valid buckets")
+                .set_buckets_for_metric(
+                    Matcher::Full(POSITION_ERROR.to_owned()),
+                    &[
+                        0.0, 1.0, 5.0, 10.0, 50.0, 100.0, 500.0, 1000.0, 5000.0, 10000.0,
+                    ],
+                )
                 .expect("valid buckets")
                 .build_recorder();
             let handle = recorder.handle();

@@ -31,6 +31,9 @@ pub enum ApiError {
     /// 404 `not_found`.
     #[error("{0}")]
     NotFound(String),
+    /// 405 `method_not_allowed` (added to the contract's table: a known path, another method).
+    #[error("this method is not allowed on this path")]
+    MethodNotAllowed,
     /// 409 `event_closed`.
     #[error("{0}")]
     EventClosed(String),
@@ -55,6 +58,7 @@ impl ApiError {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::EventClosed(_) | ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
@@ -68,6 +72,7 @@ impl ApiError {
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
+            ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::EventClosed(_) => "event_closed",
             ApiError::Conflict(_) => "conflict",
             ApiError::PayloadTooLarge => "payload_too_large",

@@ -81,6 +81,7 @@ pub fn router(state: AppState) -> Router {
         .merge(admin::router())
         .merge(ops::router())
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(middleware::from_fn(track_metrics))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(CatchPanicLayer::custom(|_| {

@@ -53,11 +53,15 @@ async fn get_ready(State(state): State<AppState>) -> impl IntoResponse {
         probe_kafka(state.readiness.kafka.clone()),
     );
     let ok = redis.is_ok() && db.is_ok() && kafka.is_ok();
-    let show = |r: &Result<(), String>| match r {
+    // The body says which part failed; the details go to the log, not to the client.
+    let show = |name: &str, r: &Result<(), String>| match r {
         Ok(()) => json!("ok"),
-        Err(e) => json!(e),
+        Err(e) => {
+            tracing::warn!(check = name, error = %e, "readiness check failed");
+            json!("failed")
+        }
     };
-    let body = json!({"redis": show(&redis), "postgres": show(&db), "kafka": show(&kafka)});
+    let body = json!({"redis": show("redis", &redis), "postgres": show("postgres", &db), "kafka": show("kafka", &kafka)});
     if ok {
         (
             StatusCode::OK,
@@ -70,7 +74,10 @@ async fn get_ready(State(state): State<AppState>) -> impl IntoResponse {
             Json(json!({"error": "unavailable", "message": "a back end is not reachable", "checks": body})),
         )
             .into_response();
-        resp.headers_mut().insert(header::RETRY_AFTER, 2.into());
+        resp.headers_mut().insert(
+            header::RETRY_AFTER,
+            super::error::RETRY_AFTER_UNAVAILABLE.into(),
+        );
         resp
     }
 }

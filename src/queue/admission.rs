@@ -25,7 +25,9 @@ use std::time::{Duration, Instant};
 use futures::future::try_join_all;
 use redis::AsyncCommands as _;
 use tokio_util::sync::CancellationToken;
-use waitroom_strategies::merge::{group_by_shard, merge_heads, ShardHeads};
+use waitroom_strategies::hybrid::{HybridInputs, HybridPolicy};
+use waitroom_strategies::merge::{group_by_shard, merge_heads, ShardHeads, ShardPick};
+use waitroom_strategies::{round_robin, statistical, timestamp, StrategyKind};
 
 use super::event::{EventConfig, EventState};
 use super::{now_ms, Queue, QueueError};
@@ -78,7 +80,18 @@ struct EventAdmission {
     last_refill: Option<Instant>,
     recent: VecDeque<(Instant, u64)>,
     last_report: Instant,
+    /// Round-robin position (statistical admission).
+    cursor: usize,
+    /// Waiting per shard at the last tick.
+    shard_waiting: Vec<u64>,
+    /// Moving average of the statistical estimate's relative error (sampled).
+    estimate_error: Option<f64>,
+    /// What `hybrid` uses now.
+    hybrid_mode: StrategyKind,
 }
+
+/// People sampled per report to measure the position error of the estimate.
+const ERROR_SAMPLES: usize = 8;
 
 /// Window over which the admission rate is measured for ETAs.
 const RATE_WINDOW: Duration = Duration::from_secs(10);
@@ -94,6 +107,10 @@ impl EventAdmission {
             last_refill: None,
             recent: VecDeque::new(),
             last_report: Instant::now(),
+            cursor: 0,
+            shard_waiting: Vec::new(),
+            estimate_error: None,
+            hybrid_mode: StrategyKind::Timestamp,
         }
     }
 
@@ -219,15 +236,30 @@ impl EventAdmission {
         let room = cfg.active_capacity.saturating_sub(active) as usize;
         let take = budget.min(room);
 
-        let heads: Vec<ShardHeads> = shards
-            .into_iter()
-            .map(|(_, waiting, heads)| ShardHeads {
-                complete: heads.len() as u64 >= waiting,
-                heads: heads.into_iter().map(|(m, s)| (s, m)).collect(),
-            })
-            .collect();
-        let picks = merge_heads(&heads, take);
-        let moves = group_by_shard(&picks).into_iter().map(|p| {
+        self.shard_waiting = shards.iter().map(|s| s.1).collect();
+        let picks: Vec<ShardPick> = if cfg.strategy == StrategyKind::Statistical {
+            // Round-robin: each shard admits its own first k; no cross-shard order.
+            round_robin::deal(&self.shard_waiting, take as u64, &mut self.cursor)
+                .into_iter()
+                .enumerate()
+                .filter(|(_, k)| *k > 0)
+                .map(|(shard, k)| ShardPick {
+                    shard,
+                    count: k as usize,
+                    last: (f64::NAN, String::new()),
+                })
+                .collect()
+        } else {
+            let heads: Vec<ShardHeads> = shards
+                .into_iter()
+                .map(|(_, waiting, heads)| ShardHeads {
+                    complete: heads.len() as u64 >= waiting,
+                    heads: heads.into_iter().map(|(m, s)| (s, m)).collect(),
+                })
+                .collect();
+            group_by_shard(&merge_heads(&heads, take))
+        };
+        let moves = picks.into_iter().map(|p| {
             let mut conn = q.conn.clone();
             let k = q.keys.shard(&cfg.shard_tags[p.shard]);
             async move {
@@ -237,7 +269,12 @@ impl EventAdmission {
                     .key(&k.active)
                     .key(&k.admitted)
                     .arg(p.count)
-                    .arg(p.last.0)
+                    // NaN marks an unbounded pick (round-robin): the script takes the first k.
+                    .arg(if p.last.0.is_nan() {
+                        String::new()
+                    } else {
+                        p.last.0.to_string()
+                    })
                     .arg(p.last.1)
                     .arg(now_ms)
                     .invoke_async::<Vec<String>>(&mut conn)
@@ -254,11 +291,13 @@ impl EventAdmission {
             .set((waiting - admitted as u64) as f64);
         metrics::gauge!(telemetry::QUEUE_ACTIVE, "event" => ev)
             .set((active + admitted as u64) as f64);
-        self.report(admitted as u64).await
+        self.report(cfg, admitted as u64).await
     }
 
-    /// Publishes the measured admission rate (for everyone's ETA) about once a second.
-    async fn report(&mut self, admitted: u64) -> Result<(), QueueError> {
+    /// About once a second: publishes the measured admission rate (for everyone's ETA) and the
+    /// line's total (for statistical positions), measures the estimate's error on a sample, and
+    /// decides the `hybrid` mode.
+    async fn report(&mut self, cfg: &EventConfig, admitted: u64) -> Result<(), QueueError> {
         let now = Instant::now();
         self.recent.push_back((now, admitted));
         while self
@@ -279,6 +318,34 @@ impl EventAdmission {
             .unwrap_or(0.0)
             .max(1.0);
         let rate = self.recent.iter().map(|(_, n)| *n).sum::<u64>() as f64 / span;
+        let waiting: u64 = self.shard_waiting.iter().sum();
+        self.sample_error(cfg).await?;
+        let before = self.hybrid_mode;
+        self.hybrid_mode = HybridPolicy {
+            min_waiting: cfg.hybrid_min_waiting,
+            max_relative_error: cfg.hybrid_max_error,
+        }
+        .decide(
+            self.hybrid_mode,
+            HybridInputs {
+                waiting,
+                relative_error: self.estimate_error,
+            },
+        );
+        let ev = self.event.to_string();
+        if cfg.strategy == StrategyKind::Hybrid && before != self.hybrid_mode {
+            tracing::info!(event = %self.event, from = %before, to = %self.hybrid_mode, waiting,
+                error = ?self.estimate_error, "hybrid: switching mode");
+            metrics::counter!(telemetry::HYBRID_SWITCHES, "event" => ev.clone(), "to" => self.hybrid_mode.as_str())
+                .increment(1);
+        }
+        let estimated =
+            cfg.strategy == StrategyKind::Hybrid && self.hybrid_mode == StrategyKind::Statistical;
+        metrics::gauge!(telemetry::HYBRID_ESTIMATED, "event" => ev).set(if estimated {
+            1.0
+        } else {
+            0.0
+        });
         let mut conn = self.queue.conn.clone();
         let () = conn
             .hset_multiple(
@@ -286,9 +353,67 @@ impl EventAdmission {
                 &[
                     ("rate", rate.to_string()),
                     ("leader", self.instance.clone()),
+                    ("waiting", waiting.to_string()),
+                    ("hybrid_mode", self.hybrid_mode.to_string()),
                 ],
             )
             .await?;
+        Ok(())
+    }
+
+    /// Picks a few waiting people at random, computes their exact position and the statistical
+    /// estimate, and records the error (histogram by strategy, moving average for `hybrid`).
+    async fn sample_error(&mut self, cfg: &EventConfig) -> Result<(), QueueError> {
+        let total: u64 = self.shard_waiting.iter().sum();
+        if total == 0 {
+            return Ok(());
+        }
+        let q = &self.queue;
+        for _ in 0..ERROR_SAMPLES {
+            // A shard chosen in proportion to its size, then a member uniformly: a uniform person.
+            let mut pick = rand::random_range(0..total);
+            let shard = self
+                .shard_waiting
+                .iter()
+                .position(|w| {
+                    if pick < *w {
+                        true
+                    } else {
+                        pick -= w;
+                        false
+                    }
+                })
+                .unwrap_or(0);
+            let k = q.keys.shard(&cfg.shard_tags[shard]);
+            let mut conn = q.conn.clone();
+            let sampled: Vec<(String, f64)> = redis::cmd("ZRANDMEMBER")
+                .arg(&k.waiting)
+                .arg(1)
+                .arg("WITHSCORES")
+                .query_async(&mut conn)
+                .await?;
+            let Some((member, score)) = sampled.into_iter().next() else {
+                continue;
+            };
+            let (rank, size): (Option<u64>, u64) = redis::pipe()
+                .zrank(&k.waiting, &member)
+                .zcard(&k.waiting)
+                .query_async(&mut conn)
+                .await?;
+            let Some(rank) = rank else { continue };
+            let ahead = q.ahead_in_other_shards(cfg, shard, score).await?;
+            let exact = timestamp::position(rank, &ahead);
+            let estimate = statistical::position(rank, size, total);
+            let error = estimate.abs_diff(exact);
+            metrics::histogram!(telemetry::POSITION_ERROR, "strategy" => "statistical")
+                .record(error as f64);
+            metrics::histogram!(telemetry::POSITION_ERROR, "strategy" => "timestamp").record(0.0);
+            let relative = error as f64 / exact as f64;
+            self.estimate_error = Some(match self.estimate_error {
+                Some(avg) => 0.8 * avg + 0.2 * relative,
+                None => relative,
+            });
+        }
         Ok(())
     }
 }

@@ -53,6 +53,20 @@ pub struct EventConfig {
     pub state: EventState,
     /// Hash tag of each shard, chosen when the shard count was set (see `redis::keys`).
     pub shard_tags: Vec<String>,
+    /// `hybrid`: below this many waiting, positions are exact.
+    #[serde(default = "default_hybrid_min_waiting")]
+    pub hybrid_min_waiting: u64,
+    /// `hybrid`: largest mean relative error of estimated positions before going exact again.
+    #[serde(default = "default_hybrid_max_error")]
+    pub hybrid_max_error: f64,
+}
+
+fn default_hybrid_min_waiting() -> u64 {
+    10_000
+}
+
+fn default_hybrid_max_error() -> f64 {
+    0.02
 }
 
 /// Limits that keep one event from hurting the cluster or the service.
@@ -78,6 +92,10 @@ pub struct EventPatch {
     pub strategy: Option<StrategyKind>,
     /// See [`EventConfig::state`].
     pub state: Option<EventState>,
+    /// See [`EventConfig::hybrid_min_waiting`].
+    pub hybrid_min_waiting: Option<u64>,
+    /// See [`EventConfig::hybrid_max_error`].
+    pub hybrid_max_error: Option<f64>,
 }
 
 impl EventPatch {
@@ -94,6 +112,8 @@ impl EventPatch {
             strategy: StrategyKind::Timestamp,
             state: EventState::Open,
             shard_tags: Vec::new(),
+            hybrid_min_waiting: default_hybrid_min_waiting(),
+            hybrid_max_error: default_hybrid_max_error(),
         });
         let cfg = EventConfig {
             shards: self.shards.unwrap_or(d.shards),
@@ -109,6 +129,8 @@ impl EventPatch {
             } else {
                 d.shard_tags
             },
+            hybrid_min_waiting: self.hybrid_min_waiting.unwrap_or(d.hybrid_min_waiting),
+            hybrid_max_error: self.hybrid_max_error.unwrap_or(d.hybrid_max_error),
         };
         if !(1..=MAX_SHARDS).contains(&cfg.shards) {
             return Err(format!("shards must be 1..={MAX_SHARDS}"));
@@ -130,11 +152,11 @@ impl EventPatch {
         if cfg.active_capacity > 10_000_000 {
             return Err("active_capacity must be at most 10000000".into());
         }
-        if cfg.strategy != StrategyKind::Timestamp {
-            return Err(format!(
-                "strategy {} is not available yet; this build orders by timestamp",
-                cfg.strategy
-            ));
+        if !(cfg.hybrid_max_error.is_finite() && (0.0..=1.0).contains(&cfg.hybrid_max_error)) {
+            return Err("hybrid_max_error must be 0..=1".into());
+        }
+        if cfg.strategy == StrategyKind::GlobalCounter {
+            return Err("strategy global_counter is not available yet".into());
         }
         Ok(cfg)
     }
@@ -147,7 +169,24 @@ pub struct Event {
     pub config: EventConfig,
     /// Admissions per second measured by the admission leader over the last seconds.
     pub measured_rate: Option<f64>,
+    /// People waiting, all shards, as the leader last counted them (about once a second).
+    pub waiting_total: Option<u64>,
+    /// The strategy `hybrid` uses now, as the leader last decided.
+    pub hybrid_mode: Option<StrategyKind>,
 }
+
+impl Event {
+    /// The strategy that positions are computed with right now.
+    pub fn effective_strategy(&self) -> StrategyKind {
+        match self.config.strategy {
+            StrategyKind::Hybrid => self.hybrid_mode.unwrap_or(StrategyKind::Timestamp),
+            s => s,
+        }
+    }
+}
+
+/// The leader's published figures: measured rate, waiting total, hybrid mode.
+type LiveFigures = (Option<f64>, Option<u64>, Option<String>);
 
 /// Reads and caches event configurations.
 pub struct EventStore {
@@ -176,15 +215,20 @@ impl EventStore {
             }
         }
         // Both keys carry the tag {event}: one slot, so one pipeline, one round trip.
-        let (raw, rate): (Option<String>, Option<f64>) = redis::pipe()
+        let (raw, (rate, waiting, mode)): (Option<String>, LiveFigures) = redis::pipe()
             .get(self.keys.event_config(event.as_str()))
-            .hget(self.keys.event_stats(event.as_str()), "rate")
+            .hmget(
+                self.keys.event_stats(event.as_str()),
+                &["rate", "waiting", "hybrid_mode"],
+            )
             .query_async(conn)
             .await?;
         let config = parse_config(event, raw)?.ok_or(QueueError::UnknownEvent)?;
         let ev = Arc::new(Event {
             config,
             measured_rate: rate,
+            waiting_total: waiting,
+            hybrid_mode: mode.and_then(|m| m.parse().ok()),
         });
         self.cache
             .lock()

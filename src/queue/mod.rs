@@ -18,7 +18,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use futures::future::try_join_all;
 use redis::{AsyncCommands as _, RedisError};
 use serde::Serialize;
-use waitroom_strategies::timestamp;
+use waitroom_strategies::{statistical, timestamp, StrategyKind};
 
 use crate::auth::{AccessClaims, Signer};
 use crate::ids::{EventId, Ticket, UserId};
@@ -85,6 +85,9 @@ pub struct QueueStatus {
     /// When the active session (and the token) ends, Unix seconds; admitted only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub access_expires_at: Option<u64>,
+    /// The strategy that computed `position` (exact for `timestamp`); waiting only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<StrategyKind>,
 }
 
 /// Live figures of one event (`GET /admin/v1/events/{event}`).
@@ -183,7 +186,7 @@ impl Queue {
         let cfg = &ev.config;
         let shard = Self::shard_of(cfg, ticket);
         let k = self.shard_keys(cfg, shard);
-        let raw: (i64, String, u64) = self
+        let raw: (i64, String, u64, u64) = self
             .scripts
             .enter
             .key(&k.waiting)
@@ -194,7 +197,7 @@ impl Queue {
             .arg(cfg.active_ttl_seconds * 1000)
             .invoke_async(&mut self.conn.clone())
             .await?;
-        self.standing(cfg, shard, raw).await
+        self.standing(ev, shard, raw).await
     }
 
     /// Where `ticket` stands now.
@@ -216,7 +219,7 @@ impl Queue {
         let cfg = &ev.config;
         let shard = Self::shard_of(cfg, ticket);
         let k = self.shard_keys(cfg, shard);
-        let raw: (i64, String, u64) = self
+        let raw: (i64, String, u64, u64) = self
             .scripts
             .status
             .key(&k.waiting)
@@ -226,34 +229,44 @@ impl Queue {
             .arg(cfg.active_ttl_seconds * 1000)
             .invoke_async(&mut self.conn.clone())
             .await?;
-        self.standing(cfg, shard, raw).await
+        self.standing(ev, shard, raw).await
     }
 
-    /// Turns a script's `{state, score, rank}` into a standing, counting the other shards.
+    /// Turns a script's `{state, score, rank, shard size}` into a standing, with the position
+    /// computed by the event's effective strategy.
     async fn standing(
         &self,
-        cfg: &EventConfig,
+        ev: &Event,
         shard: usize,
-        raw: (i64, String, u64),
+        raw: (i64, String, u64, u64),
     ) -> Result<Standing, QueueError> {
-        let (state, score, rank) = raw;
+        let (state, score, rank, shard_size) = raw;
         let score: f64 = score.parse().unwrap_or(0.0);
         match state {
             2 => Ok(Standing::Admitted {
                 admitted_at_ms: score as u64,
             }),
             1 => {
-                let ahead = self.ahead_in_other_shards(cfg, shard, score).await?;
-                Ok(Standing::Waiting {
-                    position: timestamp::position(rank, &ahead),
-                })
+                let strategy = ev.effective_strategy();
+                let position = match (strategy, ev.waiting_total) {
+                    // One script on the own shard; the line's total comes from the leader.
+                    (StrategyKind::Statistical, Some(total)) => {
+                        statistical::position(rank, shard_size, total)
+                    }
+                    // Before the leader has published a total, count exactly.
+                    _ => {
+                        let ahead = self.ahead_in_other_shards(&ev.config, shard, score).await?;
+                        timestamp::position(rank, &ahead)
+                    }
+                };
+                Ok(Standing::Waiting { position, strategy })
             }
             _ => Err(QueueError::UnknownTicket),
         }
     }
 
     /// For each other shard, how many wait ahead of a person at `score` in `shard`.
-    async fn ahead_in_other_shards(
+    pub(crate) async fn ahead_in_other_shards(
         &self,
         cfg: &EventConfig,
         shard: usize,
@@ -304,14 +317,20 @@ impl Queue {
             next_poll_ms: 0,
             access_token: None,
             access_expires_at: None,
+            strategy: None,
         };
         match standing {
-            Standing::Waiting { position } => {
-                let rate = ev.measured_rate.filter(|r| *r > 0.0).or((cfg.state
-                    == EventState::Open
-                    && cfg.admit_per_second > 0.0)
-                    .then_some(cfg.admit_per_second));
-                let advice = advise(position, rate, rand::random_range(0.8..1.2));
+            Standing::Waiting { position, strategy } => {
+                status.strategy = Some(strategy);
+                // An ETA only while people are being let in: a paused line has none.
+                let open = cfg.state == EventState::Open;
+                let configured = (cfg.admit_per_second > 0.0).then_some(cfg.admit_per_second);
+                let rate = ev
+                    .measured_rate
+                    .filter(|r| *r > 0.0)
+                    .or(configured)
+                    .filter(|_| open);
+                let advice = advise(position, rate, 0.8 + 0.4 * ticket.spread());
                 status.position = Some(position);
                 status.eta_seconds = advice.eta_seconds;
                 status.next_poll_ms = advice.next_poll_ms;
@@ -343,6 +362,13 @@ impl Queue {
         let mut cfg = patch.apply(old.as_ref()).map_err(QueueError::Invalid)?;
         if cfg.shard_tags.is_empty() {
             if let Some(old) = &old {
+                // Instances may use a cached configuration for CACHE_TTL; only a line that has
+                // stopped taking people can have its shards renamed without losing anyone.
+                if old.state == EventState::Open {
+                    return Err(QueueError::Conflict(
+                        "pause or close the event before changing its shard count".into(),
+                    ));
+                }
                 let stats = self.stats(event, old).await?;
                 if stats.waiting > 0 || stats.active > 0 {
                     return Err(QueueError::Conflict(format!(
@@ -386,11 +412,18 @@ impl Queue {
         });
         let shards = try_join_all(per_shard).await?;
         let mut conn = self.conn.clone();
-        let (leader, rate): (Option<String>, Option<f64>) = redis::pipe()
+        let (leader, (rate, mode)): (Option<String>, (Option<f64>, Option<String>)) = redis::pipe()
             .get(self.keys.lease(event.as_str()))
-            .hget(self.keys.event_stats(event.as_str()), "rate")
+            .hmget(
+                self.keys.event_stats(event.as_str()),
+                &["rate", "hybrid_mode"],
+            )
             .query_async(&mut conn)
             .await?;
+        let effective = match cfg.strategy {
+            StrategyKind::Hybrid => mode.unwrap_or_else(|| StrategyKind::Timestamp.to_string()),
+            s => s.to_string(),
+        };
         Ok(EventStats {
             waiting: shards.iter().map(|s| s.0).sum(),
             active: shards.iter().map(|s| s.1).sum(),
@@ -405,7 +438,7 @@ impl Queue {
                 })
                 .collect(),
             strategy: cfg.strategy.to_string(),
-            effective_strategy: cfg.strategy.to_string(),
+            effective_strategy: effective,
             admission_leader: leader,
             measured_admit_per_second: rate,
         })
@@ -440,8 +473,13 @@ impl Queue {
 /// Where a ticket stands, before it is turned into a [`QueueStatus`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Standing {
-    Waiting { position: u64 },
-    Admitted { admitted_at_ms: u64 },
+    Waiting {
+        position: u64,
+        strategy: StrategyKind,
+    },
+    Admitted {
+        admitted_at_ms: u64,
+    },
 }
 
 /// Advice to a waiting client.
@@ -459,7 +497,8 @@ pub const POLL_MIN_MS: u64 = 1_000;
 pub const POLL_MAX_MS: u64 = 10_000;
 
 /// The poll interval: about a quarter of the expected wait, between 1 and 10 seconds, times a
-/// per-response `jitter` factor (0.8–1.2) so clients do not poll in lock-step.
+/// per-client `jitter` factor (0.8–1.2, derived from the ticket) so clients that entered in
+/// the same second do not poll in lock-step.
 pub fn advise(position: u64, rate: Option<f64>, jitter: f64) -> Advice {
     let eta_seconds = rate.filter(|r| *r > 0.0).map(|r| position as f64 / r);
     let base = match eta_seconds {

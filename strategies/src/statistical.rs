@@ -11,8 +11,13 @@
 //!
 //! needs one script on the own shard plus `W` (the line's total, published by the admission
 //! leader about once a second). Plain "rank × shard count" is the special case of equal shards;
-//! this one stays unbiased when shard sizes differ. The error grows like the spread of a
-//! binomial sample: about `√(W · q(1−q))` for `q = (r + ½)/s` — measured in docs/ordering.md.
+//! this one stays unbiased when shard sizes differ.
+//!
+//! Error: the person is the `(r+1)`-th of `s` random picks out of the line of `W`, so their true
+//! position spreads around the estimate with standard deviation about
+//! `σ = √(W · q(1−q) · (W−s)/s) ≈ √(W · q(1−q) · (N−1))` for `N` equal shards, `q` the fraction
+//! ahead. At `W = 20 000`, `N = 8`, mid-line: σ ≈ 187 (0.9 % of the line). The integration test
+//! holds every sampled error to `5σ + 2`; measured figures are in docs/ordering.md.
 
 /// The estimated 1-based position, clamped to `1..=W`.
 pub fn position(own_rank: u64, shard_waiting: u64, total_waiting: u64) -> u64 {

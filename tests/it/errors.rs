@@ -199,12 +199,21 @@ async fn paused_or_closed_events_refuse_entry_with_409_event_closed() {
 }
 
 #[tokio::test]
-async fn resharding_a_line_with_people_in_it_is_409_conflict() {
+async fn resharding_an_open_or_non_empty_line_is_409_conflict() {
     let app = spawn_app().await;
     let ev = unique("e");
     app.create_event(&ev, json!({"shards": 4, "admit_per_second": 0}))
         .await;
     app.enter_ok(&ev, "alice").await;
+    // Open: instances may still be entering people under the old shard names.
+    assert_error(
+        app.put_event(&ev, json!({"shards": 8})).await,
+        StatusCode::CONFLICT,
+        "conflict",
+    )
+    .await;
+    // Paused but not empty.
+    app.put_event(&ev, json!({"state": "paused"})).await;
     assert_error(
         app.put_event(&ev, json!({"shards": 8})).await,
         StatusCode::CONFLICT,
@@ -212,18 +221,31 @@ async fn resharding_a_line_with_people_in_it_is_409_conflict() {
     )
     .await;
     assert_eq!(app.get_event(&ev).await["config"]["shards"], 4);
-    // Same shard count is not a change; an empty line may be resharded.
+    // Same shard count is not a change; a paused, empty line may be resharded.
     assert_eq!(
         app.put_event(&ev, json!({"shards": 4})).await.status(),
         StatusCode::OK
     );
     let other = unique("e");
-    app.create_event(&other, json!({"shards": 4})).await;
+    app.create_event(&other, json!({"shards": 4, "state": "paused"}))
+        .await;
     assert_eq!(
         app.put_event(&other, json!({"shards": 16})).await.status(),
         StatusCode::OK
     );
     assert_eq!(app.shard_tags(&other).await.len(), 16);
+}
+
+#[tokio::test]
+async fn a_known_path_with_another_method_is_405_with_a_json_error() {
+    let app = spawn_app().await;
+    let r = app
+        .http
+        .patch(format!("{}/v1/events/e1/queue", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_error(r, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed").await;
 }
 
 #[tokio::test]

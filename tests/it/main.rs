@@ -9,3 +9,4 @@ mod instances;
 mod ops;
 mod queue;
 mod standalone;
+mod strategies;

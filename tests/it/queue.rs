@@ -226,28 +226,33 @@ async fn poll_interval_is_longer_far_back_and_jittered() {
     let first = app.enter_ok(&ev, "u0").await;
     let last = last.unwrap();
     let near: Vec<u64> = futures::future::join_all(
-        (0..20).map(|_| app.poll_ok(&ev, first["ticket"].as_str().unwrap())),
+        (0..5).map(|_| app.poll_ok(&ev, first["ticket"].as_str().unwrap())),
     )
     .await
     .iter()
     .map(|s| s["next_poll_ms"].as_u64().unwrap())
     .collect();
-    let far: Vec<u64> = futures::future::join_all(
-        (0..20).map(|_| app.poll_ok(&ev, last["ticket"].as_str().unwrap())),
-    )
-    .await
-    .iter()
-    .map(|s| s["next_poll_ms"].as_u64().unwrap())
-    .collect();
-    // Position 1 at 10/s: 1 s base ± 20 %; position 400: 10 s base ± 20 %.
+    let far = app.poll_ok(&ev, last["ticket"].as_str().unwrap()).await["next_poll_ms"]
+        .as_u64()
+        .unwrap();
+    // Position 1 at 10/s: 1 s base x 0.8-1.2; position 400: 10 s base x 0.8-1.2.
     assert!(near.iter().all(|ms| (800..=1200).contains(ms)), "{near:?}");
-    assert!(far.iter().all(|ms| (8000..=12000).contains(ms)), "{far:?}");
-    let mut distinct = far.clone();
-    distinct.sort();
-    distinct.dedup();
+    assert!((8000..=12000).contains(&far), "{far}");
+    // The jitter is the client's own: stable for one ticket, different between tickets.
+    assert!(near.iter().all(|ms| *ms == near[0]), "{near:?}");
+    let mut across = Vec::new();
+    for i in 380..400 {
+        across.push(
+            app.enter_ok(&ev, &format!("u{i}")).await["next_poll_ms"]
+                .as_u64()
+                .unwrap(),
+        );
+    }
+    across.sort();
+    across.dedup();
     assert!(
-        distinct.len() > 1,
-        "jitter varies between responses: {far:?}"
+        across.len() > 10,
+        "clients poll at different phases: {across:?}"
     );
     assert_eq!(last["eta_seconds"].as_f64().unwrap(), 40.0);
 }

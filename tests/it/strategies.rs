@@ -1,0 +1,268 @@
+//! Ordering strategies on the real cluster: statistical accuracy and admission drift, runtime
+//! switching in every direction, and the hybrid policy.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands as _;
+use reqwest::StatusCode;
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+use crate::common::{eventually, spawn_app, spawn_app_with, unique, TestApp, ADMIN_TOKEN};
+
+/// Every waiting ticket with its exact 1-based position, computed from Redis directly.
+async fn exact_positions(app: &TestApp, ev: &str) -> HashMap<String, u64> {
+    let mut keyed = Vec::new();
+    for (shard, tag) in app.shard_tags(ev).await.iter().enumerate() {
+        let members: Vec<(String, f64)> = app
+            .redis
+            .clone()
+            .zrange_withscores(app.keys.shard(tag).waiting, 0, -1)
+            .await
+            .unwrap();
+        keyed.extend(members.into_iter().map(|(m, s)| (s, shard, m)));
+    }
+    keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    keyed
+        .into_iter()
+        .enumerate()
+        .map(|(i, (_, _, m))| (m, i as u64 + 1))
+        .collect()
+}
+
+/// Enters `n` users concurrently (200 at a time); returns their tickets.
+async fn enter_many(app: &Arc<TestApp>, ev: &str, prefix: &str, n: usize) -> Vec<String> {
+    let gate = Arc::new(Semaphore::new(200));
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let (app, ev, gate, user) = (
+                app.clone(),
+                ev.to_owned(),
+                gate.clone(),
+                format!("{prefix}{i}"),
+            );
+            tokio::spawn(async move {
+                let _p = gate.acquire().await.unwrap();
+                app.enter_ok(&ev, &user).await["ticket"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+async fn set_strategy(app: &TestApp, ev: &str, strategy: &str) {
+    let r = app
+        .http
+        .put(format!("{}/admin/v1/events/{ev}/strategy", app.base))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"strategy": strategy}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn statistical_positions_and_admission_stay_within_their_documented_bounds() {
+    let app = Arc::new(spawn_app().await);
+    let ev = unique("e");
+    app.create_event(&ev, json!({"shards": 8, "admit_per_second": 0, "strategy": "statistical", "active_capacity": 800}))
+        .await;
+    let tickets = enter_many(&app, &ev, "u", 20_000).await;
+    // The leader publishes the line's total about once a second; let it and the cache catch up.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+
+    let exact = exact_positions(&app, &ev).await;
+    let w = exact.len() as f64;
+    assert_eq!(exact.len(), 20_000);
+    let mut worst = 0f64;
+    for t in tickets.iter().step_by(50) {
+        let s = app.poll_ok(&ev, t).await;
+        assert_eq!(s["strategy"], "statistical");
+        let shown = s["position"].as_u64().unwrap() as f64;
+        let truth = exact[t] as f64;
+        // Documented bound (strategies/src/statistical.rs): |error| <= 5 sigma + 2 with
+        // sigma = sqrt(W * q(1-q) * (N-1)), q = truth/W, N = 8 shards.
+        let q = truth / w;
+        let bound = 5.0 * (w * q * (1.0 - q) * 7.0).sqrt() + 2.0;
+        assert!(
+            (shown - truth).abs() <= bound,
+            "ticket at {truth} shown {shown} (bound {bound:.0})"
+        );
+        worst = worst.max((shown - truth).abs());
+    }
+    eprintln!("statistical: worst error over 400 samples at W=20000, 8 shards: {worst}");
+
+    // Admission: round-robin. Admit 800; each shard admits its own front, in near-equal numbers.
+    app.put_event(&ev, json!({"admit_per_second": 4000})).await;
+    eventually(Duration::from_secs(20), "800 admitted", || async {
+        (app.active_tickets(&ev).await.len() == 800).then_some(())
+    })
+    .await;
+    let tags = app.shard_tags(&ev).await;
+    let mut per_shard = Vec::new();
+    for tag in &tags {
+        per_shard.push(
+            app.redis
+                .clone()
+                .zcard::<_, u64>(app.keys.shard(tag).active)
+                .await
+                .unwrap(),
+        );
+    }
+    let (lo, hi) = (
+        per_shard.iter().min().unwrap(),
+        per_shard.iter().max().unwrap(),
+    );
+    assert!(
+        hi - lo <= 1,
+        "round-robin drift between shards: {per_shard:?}"
+    );
+    // Drift from global order: every admitted person was among the first k + 5*sqrt(k*N).
+    let k = 800f64;
+    let bound = (k + 5.0 * (k * 8.0).sqrt()) as u64;
+    let active = app.active_tickets(&ev).await;
+    let worst_rank = active.iter().map(|t| exact[t]).max().unwrap();
+    assert!(
+        worst_rank <= bound,
+        "an admitted person was at {worst_rank} > {bound}"
+    );
+    eprintln!("statistical admission: last admitted had global rank {worst_rank} of k=800");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn switching_strategy_in_every_direction_loses_nobody_and_reaches_other_instances_within_a_second(
+) {
+    let app = Arc::new(spawn_app().await);
+    let prefix = app
+        .keys
+        .shard("{x}")
+        .waiting
+        .split(':')
+        .next()
+        .unwrap()
+        .to_owned();
+    let other = spawn_app_with(|c| c.redis.key_prefix = prefix.clone()).await;
+    let ev = unique("e");
+    app.create_event(&ev, json!({"shards": 8, "admit_per_second": 0}))
+        .await;
+    let mut tickets = enter_many(&app, &ev, "u", 300).await;
+
+    // T->S, S->H, H->T, T->H, H->S, S->T: all six ordered pairs of the available strategies.
+    let steps = [
+        "statistical",
+        "hybrid",
+        "timestamp",
+        "hybrid",
+        "statistical",
+        "timestamp",
+    ];
+    for (round, strategy) in steps.iter().enumerate() {
+        let switched = Instant::now();
+        set_strategy(&app, &ev, strategy).await;
+        // The other instance answers with the new strategy within a second (hybrid under 10,000
+        // waiting is exact: it shows timestamp).
+        let shown = if *strategy == "hybrid" {
+            "timestamp"
+        } else {
+            strategy
+        };
+        let probe = tickets[0].clone();
+        eventually(
+            Duration::from_secs(5),
+            "switch seen by the other instance",
+            || async { (other.poll_ok(&ev, &probe).await["strategy"] == shown).then_some(()) },
+        )
+        .await;
+        assert!(
+            switched.elapsed() < Duration::from_secs(1),
+            "seen after {:?}",
+            switched.elapsed()
+        );
+
+        tickets.extend(enter_many(&app, &ev, &format!("r{round}-"), 20).await);
+        let exact = exact_positions(&app, &ev).await;
+        assert_eq!(
+            exact.len(),
+            tickets.len(),
+            "nobody lost or duplicated after switching to {strategy}"
+        );
+        let w = tickets.len() as u64;
+        for t in &tickets {
+            let s = other.poll_ok(&ev, t).await;
+            let p = s["position"].as_u64().unwrap();
+            if shown == "timestamp" {
+                assert_eq!(
+                    p, exact[t],
+                    "exact strategy stays exact after switching to {strategy}"
+                );
+            } else {
+                assert!((1..=w).contains(&p));
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hybrid_estimates_when_the_line_is_large_and_goes_exact_when_it_shrinks() {
+    let app = Arc::new(spawn_app().await);
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"shards": 4, "admit_per_second": 0, "strategy": "hybrid", "hybrid_min_waiting": 300, "hybrid_max_error": 0.5}),
+    )
+    .await;
+    let tickets = enter_many(&app, &ev, "u", 400).await;
+    eventually(Duration::from_secs(15), "hybrid estimates", || async {
+        let s = app.get_event(&ev).await["stats"].clone();
+        (s["effective_strategy"] == "statistical").then_some(())
+    })
+    .await;
+    assert_eq!(app.get_event(&ev).await["stats"]["strategy"], "hybrid");
+    let gauge = format!(r#"waitroom_hybrid_estimated{{event="{ev}"}} 1"#);
+    let metrics = app
+        .http
+        .get(format!("{}/metrics", app.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains(&gauge), "missing {gauge}");
+    assert!(metrics.contains(r#"waitroom_position_error_bucket{strategy="statistical""#));
+    eventually(Duration::from_secs(5), "polls show estimates", || async {
+        (app.poll_ok(&ev, &tickets[0]).await["strategy"] == "statistical").then_some(())
+    })
+    .await;
+
+    // 300 leave: 100 waiting is under 80 % of the threshold, so positions become exact again.
+    for t in &tickets[..300] {
+        assert_eq!(app.leave(&ev, t).await.status(), StatusCode::NO_CONTENT);
+    }
+    eventually(Duration::from_secs(15), "hybrid exact again", || async {
+        let s = app.get_event(&ev).await["stats"].clone();
+        (s["effective_strategy"] == "timestamp").then_some(())
+    })
+    .await;
+    let exact = exact_positions(&app, &ev).await;
+    eventually(Duration::from_secs(5), "polls exact again", || async {
+        (app.poll_ok(&ev, &tickets[399]).await["strategy"] == "timestamp").then_some(())
+    })
+    .await;
+    assert_eq!(
+        app.poll_ok(&ev, &tickets[399]).await["position"]
+            .as_u64()
+            .unwrap(),
+        exact[&tickets[399]]
+    );
+}
