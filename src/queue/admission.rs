@@ -106,7 +106,10 @@ impl EventAdmission {
             tokens: 0.0,
             last_refill: None,
             recent: VecDeque::new(),
-            last_report: Instant::now(),
+            // Report on the first tick: statistical positions need the line's total at once.
+            last_report: Instant::now()
+                .checked_sub(Duration::from_secs(1))
+                .unwrap_or_else(Instant::now),
             cursor: 0,
             shard_waiting: Vec::new(),
             estimate_error: None,

@@ -247,16 +247,16 @@ impl Queue {
                 admitted_at_ms: score as u64,
             }),
             1 => {
-                let strategy = ev.effective_strategy();
-                let position = match (strategy, ev.waiting_total) {
+                let (strategy, position) = match (ev.effective_strategy(), ev.waiting_total) {
                     // One script on the own shard; the line's total comes from the leader.
-                    (StrategyKind::Statistical, Some(total)) => {
-                        statistical::position(rank, shard_size, total)
-                    }
-                    // Before the leader has published a total, count exactly.
+                    (StrategyKind::Statistical, Some(total)) => (
+                        StrategyKind::Statistical,
+                        statistical::position(rank, shard_size, total),
+                    ),
+                    // Before the leader has published a total, count exactly (and say so).
                     _ => {
                         let ahead = self.ahead_in_other_shards(&ev.config, shard, score).await?;
-                        timestamp::position(rank, &ahead)
+                        (StrategyKind::Timestamp, timestamp::position(rank, &ahead))
                     }
                 };
                 Ok(Standing::Waiting { position, strategy })

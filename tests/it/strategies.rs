@@ -156,6 +156,16 @@ async fn switching_strategy_in_every_direction_loses_nobody_and_reaches_other_in
     app.create_event(&ev, json!({"shards": 8, "admit_per_second": 0}))
         .await;
     let mut tickets = enter_many(&app, &ev, "u", 300).await;
+    // The admission leader publishes the line's figures (statistical positions need the total).
+    eventually(
+        Duration::from_secs(10),
+        "leader figures published",
+        || async {
+            (!app.get_event(&ev).await["stats"]["measured_admit_per_second"].is_null())
+                .then_some(())
+        },
+    )
+    .await;
 
     // T->S, S->H, H->T, T->H, H->S, S->T: all six ordered pairs of the available strategies.
     let steps = [
