@@ -3,7 +3,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use redis::AsyncCommands as _;
 use reqwest::StatusCode;
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -82,22 +81,10 @@ async fn five_thousand_concurrent_enters_get_positions_one_to_w_in_arrival_order
 
     // Position order is arrival order: sorted by stored score (then shard, member), the
     // positions read 1, 2, 3, ...
-    let tags = app.shard_tags(&ev).await;
-    let mut keyed = Vec::new();
-    for (shard, tag) in tags.iter().enumerate() {
-        let members: Vec<(String, f64)> = app
-            .redis
-            .clone()
-            .zrange_withscores(app.keys.shard(tag).waiting, 0, -1)
-            .await
-            .unwrap();
-        for (m, s) in members {
-            keyed.push((s, shard, m));
-        }
-    }
-    keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-    for (i, (_, _, m)) in keyed.iter().enumerate() {
-        assert_eq!(position[m], i as u64 + 1, "ticket {m}");
+    let exact = crate::strategies::exact_positions(&app, &ev).await;
+    assert_eq!(exact.len(), position.len());
+    for (m, p) in &exact {
+        assert_eq!(position[m], *p, "ticket {m}");
     }
 }
 

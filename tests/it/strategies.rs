@@ -13,7 +13,7 @@ use tokio::sync::Semaphore;
 use crate::common::{eventually, spawn_app, spawn_app_with, unique, TestApp, ADMIN_TOKEN};
 
 /// Every waiting ticket with its exact 1-based position, computed from Redis directly.
-async fn exact_positions(app: &TestApp, ev: &str) -> HashMap<String, u64> {
+pub async fn exact_positions(app: &TestApp, ev: &str) -> HashMap<String, u64> {
     let mut keyed = Vec::new();
     for (shard, tag) in app.shard_tags(ev).await.iter().enumerate() {
         let members: Vec<(String, f64)> = app
