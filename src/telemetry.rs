@@ -20,7 +20,8 @@ pub const ADMITTED_TOTAL: &str = "waitroom_admitted_total";
 pub const ADMISSION_ERRORS: &str = "waitroom_admission_errors_total";
 /// Requests answered 503 because Redis could not answer.
 pub const REDIS_UNAVAILABLE: &str = "waitroom_redis_unavailable_total";
-/// |shown − exact| position of sampled waiting people, by `strategy` (exact ones record 0).
+/// |estimate − exact| position of sampled waiting people, by `strategy` (sampled only for
+/// events whose positions can be estimated: `statistical` and `hybrid`).
 pub const POSITION_ERROR: &str = "waitroom_position_error";
 /// 1 while a `hybrid` event shows estimated positions, by `event`.
 pub const HYBRID_ESTIMATED: &str = "waitroom_hybrid_estimated";

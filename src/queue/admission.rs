@@ -219,6 +219,12 @@ impl EventAdmission {
         let q = &self.queue;
         let now_ms = now_ms();
         let expire_before = now_ms.saturating_sub(cfg.active_ttl_seconds * 1000);
+        // Round-robin admits each shard's own front: it needs the counts, not the heads.
+        let heads_wanted = if cfg.strategy == StrategyKind::Statistical {
+            0
+        } else {
+            budget
+        };
         let reads = (0..cfg.shards as usize).map(|i| {
             let mut conn = q.conn.clone();
             let k = q.keys.shard(&cfg.shard_tags[i]);
@@ -228,7 +234,7 @@ impl EventAdmission {
                     .key(&k.waiting)
                     .key(&k.active)
                     .arg(expire_before)
-                    .arg(budget)
+                    .arg(heads_wanted)
                     .invoke_async::<(u64, u64, Vec<(String, f64)>)>(&mut conn)
                     .await
             }
@@ -322,7 +328,13 @@ impl EventAdmission {
             .max(1.0);
         let rate = self.recent.iter().map(|(_, n)| *n).sum::<u64>() as f64 / span;
         let waiting: u64 = self.shard_waiting.iter().sum();
-        self.sample_error(cfg).await?;
+        // Only estimates have an error to measure; exact strategies are exact by construction.
+        if matches!(
+            cfg.strategy,
+            StrategyKind::Statistical | StrategyKind::Hybrid
+        ) {
+            self.sample_error(cfg).await?;
+        }
         let before = self.hybrid_mode;
         self.hybrid_mode = HybridPolicy {
             min_waiting: cfg.hybrid_min_waiting,
@@ -410,7 +422,6 @@ impl EventAdmission {
             let error = estimate.abs_diff(exact);
             metrics::histogram!(telemetry::POSITION_ERROR, "strategy" => "statistical")
                 .record(error as f64);
-            metrics::histogram!(telemetry::POSITION_ERROR, "strategy" => "timestamp").record(0.0);
             let relative = error as f64 / exact as f64;
             self.estimate_error = Some(match self.estimate_error {
                 Some(avg) => 0.8 * avg + 0.2 * relative,

@@ -170,34 +170,13 @@ impl Queue {
             EventState::Closed => return Err(QueueError::EventClosed("closed")),
         }
         let ticket = self.signer.ticket(event, user);
-        let result = self.enter_once(&ev, &ticket).await;
-        let result = match result {
-            Err(QueueError::WrongType) => {
-                self.repair(event, &ev.config).await?;
-                self.enter_once(&ev, &ticket).await
-            }
-            other => other,
-        };
-        let standing = result?;
-        Ok(self.view(event, &ev, ticket, standing))
-    }
-
-    async fn enter_once(&self, ev: &Event, ticket: &Ticket) -> Result<Standing, QueueError> {
-        let cfg = &ev.config;
-        let shard = Self::shard_of(cfg, ticket);
-        let k = self.shard_keys(cfg, shard);
-        let raw: (i64, String, u64, u64) = self
-            .scripts
-            .enter
-            .key(&k.waiting)
-            .key(&k.active)
-            .arg(ticket.to_member())
-            .arg(self.clock.next())
-            .arg(now_ms())
-            .arg(cfg.active_ttl_seconds * 1000)
-            .invoke_async(&mut self.conn.clone())
+        let arrival = self.clock.next();
+        let standing = self
+            .repairing(event, &ev.config, || {
+                self.locate(&ev, &ticket, Some(arrival))
+            })
             .await?;
-        self.standing(ev, shard, raw).await
+        Ok(self.view(event, &ev, ticket, standing))
     }
 
     /// Where `ticket` stands now.
@@ -205,26 +184,58 @@ impl Queue {
     pub async fn poll(&self, event: &EventId, ticket: &Ticket) -> Result<QueueStatus, QueueError> {
         let mut conn = self.conn.clone();
         let ev = self.events.get(&mut conn, event).await?;
-        let standing = match self.poll_once(&ev, ticket).await {
-            Err(QueueError::WrongType) => {
-                self.repair(event, &ev.config).await?;
-                self.poll_once(&ev, ticket).await
-            }
-            other => other,
-        }?;
+        let standing = self
+            .repairing(event, &ev.config, || self.locate(&ev, ticket, None))
+            .await?;
         Ok(self.view(event, &ev, *ticket, standing))
     }
 
-    async fn poll_once(&self, ev: &Event, ticket: &Ticket) -> Result<Standing, QueueError> {
+    /// Runs `op`; when a key held the wrong type, quarantines the event's bad keys
+    /// ([`Queue::repair`]) and runs `op` once more. Every request path goes through here, so a
+    /// corrupted key costs one repaired request, never a loop of failures.
+    async fn repairing<T, F, Fut>(
+        &self,
+        event: &EventId,
+        cfg: &EventConfig,
+        op: F,
+    ) -> Result<T, QueueError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, QueueError>>,
+    {
+        match op().await {
+            Err(QueueError::WrongType) => {
+                self.repair(event, cfg).await?;
+                op().await
+            }
+            other => other,
+        }
+    }
+
+    /// Runs the ticket's shard script — `enter.lua` when `arrival` is given (joining the line
+    /// with that score if not in it), else `status.lua` — and computes the standing.
+    async fn locate(
+        &self,
+        ev: &Event,
+        ticket: &Ticket,
+        arrival: Option<u64>,
+    ) -> Result<Standing, QueueError> {
         let cfg = &ev.config;
         let shard = Self::shard_of(cfg, ticket);
         let k = self.shard_keys(cfg, shard);
-        let raw: (i64, String, u64, u64) = self
-            .scripts
-            .status
-            .key(&k.waiting)
-            .key(&k.active)
-            .arg(ticket.to_member())
+        let mut call = match arrival {
+            Some(score) => {
+                let mut c = self.scripts.enter.key(&k.waiting);
+                c.key(&k.active).arg(ticket.to_member()).arg(score);
+                c
+            }
+            None => {
+                let mut c = self.scripts.status.key(&k.waiting);
+                c.key(&k.active).arg(ticket.to_member());
+                c
+            }
+        };
+        let raw: (i64, String, u64, u64) = call
             .arg(now_ms())
             .arg(cfg.active_ttl_seconds * 1000)
             .invoke_async(&mut self.conn.clone())
@@ -293,12 +304,17 @@ impl Queue {
         let ev = self.events.get(&mut conn, event).await?;
         let k = self.shard_keys(&ev.config, Self::shard_of(&ev.config, ticket));
         let removed: i64 = self
-            .scripts
-            .leave
-            .key(&k.waiting)
-            .key(&k.active)
-            .arg(ticket.to_member())
-            .invoke_async(&mut conn)
+            .repairing(event, &ev.config, || async {
+                let mut conn = self.conn.clone();
+                Ok(self
+                    .scripts
+                    .leave
+                    .key(&k.waiting)
+                    .key(&k.active)
+                    .arg(ticket.to_member())
+                    .invoke_async(&mut conn)
+                    .await?)
+            })
             .await?;
         if removed == 0 {
             return Err(QueueError::UnknownTicket);

@@ -166,12 +166,7 @@ async fn unknown_events_tickets_and_routes_are_404_not_found() {
         .await
         .unwrap();
     assert_error(admin, StatusCode::NOT_FOUND, "not_found").await;
-    let route = app
-        .http
-        .get(format!("{}/v1/nothing/here", app.base))
-        .send()
-        .await
-        .unwrap();
+    let route = app.get("/v1/nothing/here").await;
     assert_error(route, StatusCode::NOT_FOUND, "not_found").await;
 }
 
@@ -335,12 +330,7 @@ async fn redis_unreachable_is_503_with_retry_after_and_never_a_guess() {
         );
         assert_error(r, StatusCode::SERVICE_UNAVAILABLE, "unavailable").await;
     }
-    let ready = app
-        .http
-        .get(format!("{}/readyz", app.base))
-        .send()
-        .await
-        .unwrap();
+    let ready = app.get("/readyz").await;
     assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(ready.headers().contains_key("retry-after"));
 }

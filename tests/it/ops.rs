@@ -8,19 +8,9 @@ use crate::common::{spawn_app, unique};
 #[tokio::test]
 async fn healthz_and_readyz_report_the_stack() {
     let app = spawn_app().await;
-    let health = app
-        .http
-        .get(format!("{}/healthz", app.base))
-        .send()
-        .await
-        .unwrap();
+    let health = app.get("/healthz").await;
     assert_eq!(health.status(), StatusCode::OK);
-    let ready = app
-        .http
-        .get(format!("{}/readyz", app.base))
-        .send()
-        .await
-        .unwrap();
+    let ready = app.get("/readyz").await;
     let status = ready.status();
     let body: Value = ready.json().await.unwrap();
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -48,15 +38,7 @@ async fn metrics_show_requests_by_route_and_queue_sizes() {
         || async { (app.get_event(&ev).await["stats"]["admitted_total"] == 1).then_some(()) },
     )
     .await;
-    let text = app
-        .http
-        .get(format!("{}/metrics", app.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.metrics().await;
     assert!(
         text.lines()
             .any(|l| l.starts_with("waitroom_http_requests_total")

@@ -239,15 +239,7 @@ async fn hybrid_estimates_when_the_line_is_large_and_goes_exact_when_it_shrinks(
     .await;
     assert_eq!(app.get_event(&ev).await["stats"]["strategy"], "hybrid");
     let gauge = format!(r#"waitroom_hybrid_estimated{{event="{ev}"}} 1"#);
-    let metrics = app
-        .http
-        .get(format!("{}/metrics", app.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     assert!(metrics.contains(&gauge), "missing {gauge}");
     assert!(metrics.contains(r#"waitroom_position_error_bucket{strategy="statistical""#));
     eventually(Duration::from_secs(5), "polls show estimates", || async {

@@ -99,6 +99,20 @@ impl TestApp {
         }
     }
 
+    /// A plain GET of `path` on the service.
+    pub async fn get(&self, path: &str) -> Response {
+        self.http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// The `/metrics` page.
+    pub async fn metrics(&self) -> String {
+        self.get("/metrics").await.text().await.unwrap()
+    }
+
     pub async fn put_event(&self, event: &str, body: Value) -> Response {
         self.http
             .put(format!("{}/admin/v1/events/{event}", self.base))
