@@ -2,8 +2,9 @@
 --
 -- KEYS[1]  waiting zset of the shard   (member = ticket, score = arrival order key)
 -- KEYS[2]  active zset of the shard    (member = ticket, score = admission time, ms)
+-- KEYS[3]  last-seen zset of the shard (member = ticket, score = last enter or poll, ms)
 -- ARGV[1]  ticket
--- ARGV[2]  arrival score (microseconds, strictly increasing per service instance)
+-- ARGV[2]  arrival score (microseconds from the instance clock, or the event's counter)
 -- ARGV[3]  now, ms
 -- ARGV[4]  active session length, ms
 -- Returns  {2, admitted_at_ms, 0, 0}       when the ticket holds a live active session
@@ -19,5 +20,6 @@ if adm then
   redis.call('ZREM', KEYS[2], ARGV[1])
 end
 redis.call('ZADD', KEYS[1], 'NX', ARGV[2], ARGV[1])
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
 return {1, redis.call('ZSCORE', KEYS[1], ARGV[1]), redis.call('ZRANK', KEYS[1], ARGV[1]),
         redis.call('ZCARD', KEYS[1])}

@@ -1,15 +1,49 @@
 -- shard_heads.lua: first step of an admission tick for one shard.
--- Ends lapsed active sessions, then reports the shard's sizes and the first `k` waiting.
+-- Ends lapsed active sessions, removes abandoned places at the front, and reports the shard's
+-- sizes, its first `k` waiting, and (for global_counter) the figures its positions need.
 --
 -- KEYS[1]  waiting zset of the shard
 -- KEYS[2]  active zset of the shard
+-- KEYS[3]  last-seen zset of the shard
 -- ARGV[1]  expiry bound, ms: sessions admitted at or before it have run out (now - ttl)
 -- ARGV[2]  k, how many heads to return (0 = none)
--- Returns  {active_count, waiting_count, {member1, score1, member2, score2, ...}}
+-- ARGV[3]  abandon bound, ms: people last seen at or before it have left without saying so
+-- ARGV[4]  start of the global_counter range of scores ('' = none)
+-- Returns  {active_count, waiting_count, {member1, score1, ...}, abandoned_removed,
+--           waiting_before_counter_range, first_score_in_counter_range or ''}
+--
+-- Abandoned people are removed only while they stand among the first k: the scan stays
+-- bounded (at most 4 passes), and people further back are checked when they reach the front.
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
 local k = tonumber(ARGV[2])
+local cutoff = tonumber(ARGV[3])
 local heads = {}
+local abandoned = 0
 if k > 0 then
   heads = redis.call('ZRANGE', KEYS[1], 0, k - 1, 'WITHSCORES')
+  for _ = 1, 4 do
+    local removed = 0
+    for i = 1, #heads, 2 do
+      local seen = redis.call('ZSCORE', KEYS[3], heads[i])
+      if seen and tonumber(seen) <= cutoff then
+        redis.call('ZREM', KEYS[1], heads[i])
+        redis.call('ZREM', KEYS[3], heads[i])
+        removed = removed + 1
+      end
+    end
+    if removed == 0 then
+      break
+    end
+    abandoned = abandoned + removed
+    heads = redis.call('ZRANGE', KEYS[1], 0, k - 1, 'WITHSCORES')
+  end
 end
-return {redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[1]), heads}
+local carried, first = 0, ''
+if ARGV[4] ~= '' then
+  carried = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. ARGV[4])
+  local f = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[4], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if #f > 0 then
+    first = f[2]
+  end
+end
+return {redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[1]), heads, abandoned, carried, first}

@@ -1,13 +1,16 @@
--- status.lua: where a ticket stands in its own shard (read-mostly; the poll path).
+-- status.lua: where a ticket stands in its own shard (the poll path).
 --
 -- KEYS[1]  waiting zset of the shard
 -- KEYS[2]  active zset of the shard
+-- KEYS[3]  last-seen zset of the shard
 -- ARGV[1]  ticket
 -- ARGV[2]  now, ms
 -- ARGV[3]  active session length, ms
 -- Returns  {2, admitted_at_ms, 0, 0}      active
---          {1, score, rank, shard_size}  waiting
+--          {1, score, rank, shard_size}  waiting (and marks the ticket seen now)
 --          {0, '0', 0, 0}                unknown, left, or session over (a lapsed session is removed)
+--
+-- Marking "seen" is the one command the abandoned-place rule adds to a poll, inside this script.
 local adm = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if adm then
   if tonumber(adm) + tonumber(ARGV[3]) > tonumber(ARGV[2]) then
@@ -20,4 +23,5 @@ local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not score then
   return {0, '0', 0, 0}
 end
+redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
 return {1, score, redis.call('ZRANK', KEYS[1], ARGV[1]), redis.call('ZCARD', KEYS[1])}

@@ -16,6 +16,8 @@ pub const QUEUE_WAITING: &str = "waitroom_queue_waiting";
 pub const QUEUE_ACTIVE: &str = "waitroom_queue_active";
 /// People admitted by this instance, by `event`.
 pub const ADMITTED_TOTAL: &str = "waitroom_admitted_total";
+/// Places removed at admission because their holder stopped polling, by `event`.
+pub const ABANDONED_TOTAL: &str = "waitroom_abandoned_total";
 /// Failed admission ticks, by `event`.
 pub const ADMISSION_ERRORS: &str = "waitroom_admission_errors_total";
 /// Requests answered 503 because Redis could not answer.

@@ -93,6 +93,10 @@ struct EventAdmission {
 /// People sampled per report to measure the position error of the estimate.
 const ERROR_SAMPLES: usize = 8;
 
+/// What `lua/shard_heads.lua` returns: active, waiting, heads, abandoned removed, waiting from
+/// before the counter range, first score in the counter range ('' for none).
+type HeadsReply = (u64, u64, Vec<(String, f64)>, u64, u64, String);
+
 /// Window over which the admission rate is measured for ETAs.
 const RATE_WINDOW: Duration = Duration::from_secs(10);
 
@@ -219,12 +223,20 @@ impl EventAdmission {
         let q = &self.queue;
         let now_ms = now_ms();
         let expire_before = now_ms.saturating_sub(cfg.active_ttl_seconds * 1000);
+        let abandon_before = now_ms.saturating_sub(cfg.abandon_after_seconds * 1000);
+        let counting = cfg.strategy == StrategyKind::GlobalCounter && cfg.counter_start > 0;
+        let counter_start = if counting {
+            cfg.counter_start.to_string()
+        } else {
+            String::new()
+        };
         // Round-robin admits each shard's own front: it needs the counts, not the heads.
         let heads_wanted = if cfg.strategy == StrategyKind::Statistical {
             0
         } else {
             budget
         };
+        let counter_start = &counter_start;
         let reads = (0..cfg.shards as usize).map(|i| {
             let mut conn = q.conn.clone();
             let k = q.keys.shard(&cfg.shard_tags[i]);
@@ -233,13 +245,20 @@ impl EventAdmission {
                     .shard_heads
                     .key(&k.waiting)
                     .key(&k.active)
+                    .key(&k.seen)
                     .arg(expire_before)
                     .arg(heads_wanted)
-                    .invoke_async::<(u64, u64, Vec<(String, f64)>)>(&mut conn)
+                    .arg(abandon_before)
+                    .arg(counter_start)
+                    .invoke_async::<HeadsReply>(&mut conn)
                     .await
             }
         });
         let shards = try_join_all(reads).await?;
+        let mut abandoned: u64 = shards.iter().map(|s| s.3).sum();
+        if counting {
+            self.publish_counter_figures(cfg, &shards).await?;
+        }
         let active: u64 = shards.iter().map(|s| s.0).sum();
         let waiting: u64 = shards.iter().map(|s| s.1).sum();
         let room = cfg.active_capacity.saturating_sub(active) as usize;
@@ -261,7 +280,7 @@ impl EventAdmission {
         } else {
             let heads: Vec<ShardHeads> = shards
                 .into_iter()
-                .map(|(_, waiting, heads)| ShardHeads {
+                .map(|(_, waiting, heads, ..)| ShardHeads {
                     complete: heads.len() as u64 >= waiting,
                     heads: heads.into_iter().map(|(m, s)| (s, m)).collect(),
                 })
@@ -277,6 +296,7 @@ impl EventAdmission {
                     .key(&k.waiting)
                     .key(&k.active)
                     .key(&k.admitted)
+                    .key(&k.seen)
                     .arg(p.count)
                     // NaN marks an unbounded pick (round-robin): the script takes the first k.
                     .arg(if p.last.0.is_nan() {
@@ -286,21 +306,50 @@ impl EventAdmission {
                     })
                     .arg(p.last.1)
                     .arg(now_ms)
-                    .invoke_async::<Vec<String>>(&mut conn)
+                    .arg(abandon_before)
+                    .invoke_async::<(Vec<String>, u64)>(&mut conn)
                     .await
             }
         });
-        let admitted: usize = try_join_all(moves).await?.iter().map(Vec::len).sum();
+        let moved = try_join_all(moves).await?;
+        let admitted: usize = moved.iter().map(|(m, _)| m.len()).sum();
+        abandoned += moved.iter().map(|(_, a)| *a).sum::<u64>();
         self.tokens -= admitted as f64;
 
         let ev = self.event.to_string();
+        metrics::counter!(telemetry::ABANDONED_TOTAL, "event" => ev.clone()).increment(abandoned);
         metrics::counter!(telemetry::ADMITTED_TOTAL, "event" => ev.clone())
             .increment(admitted as u64);
         metrics::gauge!(telemetry::QUEUE_WAITING, "event" => ev.clone())
-            .set((waiting - admitted as u64) as f64);
+            .set(waiting.saturating_sub(admitted as u64) as f64);
         metrics::gauge!(telemetry::QUEUE_ACTIVE, "event" => ev)
             .set((active + admitted as u64) as f64);
         self.report(cfg, admitted as u64).await
+    }
+
+    /// Publishes, every tick, what `global_counter` positions need: how many wait from before the
+    /// counter range, and the first number still waiting (absent when nobody numbered waits).
+    async fn publish_counter_figures(
+        &self,
+        cfg: &EventConfig,
+        shards: &[HeadsReply],
+    ) -> Result<(), QueueError> {
+        let carried: u64 = shards.iter().map(|s| s.4).sum();
+        let first = shards
+            .iter()
+            .filter_map(|s| s.5.parse::<f64>().ok())
+            .reduce(f64::min);
+        let key = self.queue.keys.event_stats(self.event.as_str());
+        let mut pipe = redis::pipe();
+        // Tagged with the range they describe: figures of an earlier range are never used.
+        pipe.hset(&key, "gc_start", cfg.counter_start)
+            .hset(&key, "gc_carried", carried);
+        match first {
+            Some(f) => pipe.hset(&key, "gc_first", f as u64),
+            None => pipe.hdel(&key, "gc_first"),
+        };
+        let () = pipe.query_async(&mut self.queue.conn.clone()).await?;
+        Ok(())
     }
 
     /// About once a second: publishes the measured admission rate (for everyone's ETA) and the

@@ -59,6 +59,36 @@ pub struct EventConfig {
     /// `hybrid`: largest mean relative error of estimated positions before going exact again.
     #[serde(default = "default_hybrid_max_error")]
     pub hybrid_max_error: f64,
+    /// People who have neither entered nor polled for this long are skipped at admission and
+    /// removed (the server advises at most 12 s between polls, so 60 s is five missed polls).
+    #[serde(default = "default_abandon_after_seconds")]
+    pub abandon_after_seconds: u64,
+    /// The strategy whose order key arrivals before `switch_at_us` still get (set by a switch).
+    #[serde(default)]
+    pub previous_strategy: Option<StrategyKind>,
+    /// When the last strategy switch takes effect for arrivals, µs since the epoch: later than
+    /// every instance's cached configuration, so all instances change order key at one instant.
+    #[serde(default)]
+    pub switch_at_us: u64,
+    /// First score of the current `global_counter` range: the counter continues from here, above
+    /// every score already in the line (0 when the event never used `global_counter`).
+    #[serde(default)]
+    pub counter_start: u64,
+}
+
+impl EventConfig {
+    /// The strategy whose order key an arrival at `now_us` gets: the previous one until the
+    /// switch instant, then the configured one.
+    pub fn order_source(&self, now_us: u64) -> StrategyKind {
+        match self.previous_strategy {
+            Some(prev) if now_us < self.switch_at_us => prev,
+            _ => self.strategy,
+        }
+    }
+}
+
+fn default_abandon_after_seconds() -> u64 {
+    60
 }
 
 fn default_hybrid_min_waiting() -> u64 {
@@ -96,6 +126,8 @@ pub struct EventPatch {
     pub hybrid_min_waiting: Option<u64>,
     /// See [`EventConfig::hybrid_max_error`].
     pub hybrid_max_error: Option<f64>,
+    /// See [`EventConfig::abandon_after_seconds`].
+    pub abandon_after_seconds: Option<u64>,
 }
 
 impl EventPatch {
@@ -114,6 +146,10 @@ impl EventPatch {
             shard_tags: Vec::new(),
             hybrid_min_waiting: default_hybrid_min_waiting(),
             hybrid_max_error: default_hybrid_max_error(),
+            abandon_after_seconds: default_abandon_after_seconds(),
+            previous_strategy: None,
+            switch_at_us: 0,
+            counter_start: 0,
         });
         let cfg = EventConfig {
             shards: self.shards.unwrap_or(d.shards),
@@ -131,6 +167,12 @@ impl EventPatch {
             },
             hybrid_min_waiting: self.hybrid_min_waiting.unwrap_or(d.hybrid_min_waiting),
             hybrid_max_error: self.hybrid_max_error.unwrap_or(d.hybrid_max_error),
+            abandon_after_seconds: self
+                .abandon_after_seconds
+                .unwrap_or(d.abandon_after_seconds),
+            previous_strategy: d.previous_strategy,
+            switch_at_us: d.switch_at_us,
+            counter_start: d.counter_start,
         };
         if !(1..=MAX_SHARDS).contains(&cfg.shards) {
             return Err(format!("shards must be 1..={MAX_SHARDS}"));
@@ -155,8 +197,8 @@ impl EventPatch {
         if !(cfg.hybrid_max_error.is_finite() && (0.0..=1.0).contains(&cfg.hybrid_max_error)) {
             return Err("hybrid_max_error must be 0..=1".into());
         }
-        if cfg.strategy == StrategyKind::GlobalCounter {
-            return Err("strategy global_counter is not available yet".into());
+        if !(1..=86_400).contains(&cfg.abandon_after_seconds) {
+            return Err("abandon_after_seconds must be 1..=86400".into());
         }
         Ok(cfg)
     }
@@ -165,6 +207,8 @@ impl EventPatch {
 /// An event as the request path sees it: its configuration and the leader's live figures.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
+    /// The event's id.
+    pub id: EventId,
     /// The configuration.
     pub config: EventConfig,
     /// Admissions per second measured by the admission leader over the last seconds.
@@ -173,6 +217,23 @@ pub struct Event {
     pub waiting_total: Option<u64>,
     /// The strategy `hybrid` uses now, as the leader last decided.
     pub hybrid_mode: Option<StrategyKind>,
+}
+
+#[cfg(test)]
+mod switch_tests {
+    use super::*;
+
+    #[test]
+    fn arrivals_before_the_switch_instant_keep_the_previous_order_key() {
+        let mut cfg = EventPatch::default().apply(None).unwrap();
+        cfg.strategy = StrategyKind::GlobalCounter;
+        cfg.previous_strategy = Some(StrategyKind::Timestamp);
+        cfg.switch_at_us = 1_000;
+        assert_eq!(cfg.order_source(999), StrategyKind::Timestamp);
+        assert_eq!(cfg.order_source(1_000), StrategyKind::GlobalCounter);
+        cfg.previous_strategy = None;
+        assert_eq!(cfg.order_source(0), StrategyKind::GlobalCounter);
+    }
 }
 
 impl Event {
@@ -225,6 +286,7 @@ impl EventStore {
             .await?;
         let config = parse_config(event, raw)?.ok_or(QueueError::UnknownEvent)?;
         let ev = Arc::new(Event {
+            id: event.clone(),
             config,
             measured_rate: rate,
             waiting_total: waiting,

@@ -18,7 +18,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use futures::future::try_join_all;
 use redis::{AsyncCommands as _, RedisError};
 use serde::Serialize;
-use waitroom_strategies::{statistical, timestamp, StrategyKind};
+use waitroom_strategies::{global_counter, statistical, timestamp, StrategyKind};
 
 use crate::auth::{AccessClaims, Signer};
 use crate::ids::{EventId, Ticket, UserId};
@@ -171,11 +171,20 @@ impl Queue {
         }
         let ticket = self.signer.ticket(event, user);
         let arrival = self.clock.next();
-        let standing = self
-            .repairing(event, &ev.config, || {
-                self.locate(&ev, &ticket, Some(arrival))
-            })
-            .await?;
+        let standing = match ev.config.order_source(arrival) {
+            StrategyKind::GlobalCounter => {
+                self.repairing(event, &ev.config, || {
+                    self.enter_counted(event, &ev, &ticket)
+                })
+                .await?
+            }
+            _ => {
+                self.repairing(event, &ev.config, || {
+                    self.locate(&ev, &ticket, Some(arrival))
+                })
+                .await?
+            }
+        };
         Ok(self.view(event, &ev, ticket, standing))
     }
 
@@ -212,6 +221,29 @@ impl Queue {
         }
     }
 
+    /// Enters with an arrival number from the event's counter. The number is taken only for
+    /// someone not already in the line, so re-entering leaves no gap in the numbers.
+    async fn enter_counted(
+        &self,
+        event: &EventId,
+        ev: &Event,
+        ticket: &Ticket,
+    ) -> Result<Standing, QueueError> {
+        match self.locate(ev, ticket, None).await {
+            Err(QueueError::UnknownTicket) => {
+                let number: u64 = self
+                    .scripts
+                    .next_number
+                    .key(self.keys.counter(event.as_str()))
+                    .arg(ev.config.counter_start.saturating_sub(1))
+                    .invoke_async(&mut self.conn.clone())
+                    .await?;
+                self.locate(ev, ticket, Some(number)).await
+            }
+            other => other,
+        }
+    }
+
     /// Runs the ticket's shard script — `enter.lua` when `arrival` is given (joining the line
     /// with that score if not in it), else `status.lua` — and computes the standing.
     async fn locate(
@@ -226,12 +258,15 @@ impl Queue {
         let mut call = match arrival {
             Some(score) => {
                 let mut c = self.scripts.enter.key(&k.waiting);
-                c.key(&k.active).arg(ticket.to_member()).arg(score);
+                c.key(&k.active)
+                    .key(&k.seen)
+                    .arg(ticket.to_member())
+                    .arg(score);
                 c
             }
             None => {
                 let mut c = self.scripts.status.key(&k.waiting);
-                c.key(&k.active).arg(ticket.to_member());
+                c.key(&k.active).key(&k.seen).arg(ticket.to_member());
                 c
             }
         };
@@ -258,12 +293,33 @@ impl Queue {
                 admitted_at_ms: score as u64,
             }),
             1 => {
+                let cfg = &ev.config;
+                let counted = cfg.counter_start > 0 && score >= cfg.counter_start as f64;
                 let (strategy, position) = match (ev.effective_strategy(), ev.waiting_total) {
                     // One script on the own shard; the line's total comes from the leader.
                     (StrategyKind::Statistical, Some(total)) => (
                         StrategyKind::Statistical,
                         statistical::position(rank, shard_size, total),
                     ),
+                    (StrategyKind::GlobalCounter, _) => {
+                        let published = if counted {
+                            self.counter_figures(ev, score).await?
+                        } else {
+                            None
+                        };
+                        let position = match published {
+                            Some((carried, first)) => {
+                                global_counter::position(carried, score as u64, first)
+                            }
+                            // People from before the counter range (or before the leader has
+                            // published): counted exactly, as they drain first.
+                            None => {
+                                let ahead = self.ahead_in_other_shards(cfg, shard, score).await?;
+                                timestamp::position(rank, &ahead)
+                            }
+                        };
+                        (StrategyKind::GlobalCounter, position)
+                    }
                     // Before the leader has published a total, count exactly (and say so).
                     _ => {
                         let ahead = self.ahead_in_other_shards(&ev.config, shard, score).await?;
@@ -274,6 +330,31 @@ impl Queue {
             }
             _ => Err(QueueError::UnknownTicket),
         }
+    }
+
+    /// The leader's per-tick figures for `global_counter` positions: people waiting from before
+    /// the counter range, and the first number still waiting. `None` when not (yet) usable.
+    async fn counter_figures(
+        &self,
+        ev: &Event,
+        score: f64,
+    ) -> Result<Option<(u64, u64)>, QueueError> {
+        let (start, carried, first): (Option<u64>, Option<u64>, Option<u64>) = self
+            .conn
+            .clone()
+            .hmget(
+                self.keys.event_stats(ev.id.as_str()),
+                &["gc_start", "gc_carried", "gc_first"],
+            )
+            .await?;
+        Ok(match (start, carried, first) {
+            (Some(start), Some(carried), Some(first))
+                if start == ev.config.counter_start && first as f64 <= score =>
+            {
+                Some((carried, first))
+            }
+            _ => None,
+        })
     }
 
     /// For each other shard, how many wait ahead of a person at `score` in `shard`.
@@ -311,6 +392,7 @@ impl Queue {
                     .leave
                     .key(&k.waiting)
                     .key(&k.active)
+                    .key(&k.seen)
                     .arg(ticket.to_member())
                     .invoke_async(&mut conn)
                     .await?)
@@ -396,8 +478,53 @@ impl Queue {
             let placement = primaries(&mut conn).await?;
             cfg.shard_tags = choose_tags(event.as_str(), cfg.shards as usize, &placement);
         }
+        let now = now_us();
+        if let Some(old) = old.as_ref().filter(|o| o.strategy != cfg.strategy) {
+            // Arrivals keep the order key in use now until an instant every instance's cached
+            // configuration has passed, then all change together.
+            cfg.previous_strategy = Some(old.order_source(now));
+            cfg.switch_at_us = now + SWITCH_DELAY.as_micros() as u64;
+        }
+        let starts_counting = cfg.strategy == StrategyKind::GlobalCounter
+            && old
+                .as_ref()
+                .is_none_or(|o| o.strategy != StrategyKind::GlobalCounter);
+        if starts_counting {
+            // The counter range begins above every score in the line (and every number handed
+            // out before), and not before the switch instant: nobody can be numbered ahead of
+            // someone already waiting.
+            let highest = self.highest_score(&cfg).await?;
+            let counter: Option<u64> = conn.get(self.keys.counter(event.as_str())).await?;
+            cfg.counter_start = [
+                cfg.switch_at_us.max(now),
+                highest + 1,
+                counter.unwrap_or(0) + 1,
+            ]
+            .into_iter()
+            .max()
+            .unwrap_or(now);
+        }
         self.events.save(&mut conn, event, &cfg).await?;
         Ok((cfg, old.is_none()))
+    }
+
+    /// The highest arrival score waiting in any shard (0 for an empty line).
+    async fn highest_score(&self, cfg: &EventConfig) -> Result<u64, QueueError> {
+        let lasts = (0..cfg.shards as usize).map(|i| {
+            let mut conn = self.conn.clone();
+            let key = self.shard_keys(cfg, i).waiting;
+            async move {
+                conn.zrange_withscores::<_, Vec<(String, f64)>>(key, -1, -1)
+                    .await
+            }
+        });
+        let lasts = try_join_all(lasts).await?;
+        Ok(lasts
+            .iter()
+            .flatten()
+            .map(|(_, s)| *s as u64)
+            .max()
+            .unwrap_or(0))
     }
 
     /// The stored configuration (uncached).
@@ -471,6 +598,7 @@ impl Queue {
                 (&k.waiting, "zset"),
                 (&k.active, "zset"),
                 (&k.admitted, "string"),
+                (&k.seen, "zset"),
             ] {
                 let found: String = redis::cmd("TYPE").arg(key).query_async(&mut conn).await?;
                 if found != "none" && found != want {
@@ -527,6 +655,18 @@ pub fn advise(position: u64, rate: Option<f64>, jitter: f64) -> Advice {
     }
 }
 
+/// How long after a strategy switch arrivals change order key: longer than
+/// [`event::CACHE_TTL`], so every instance knows of the switch before it takes effect.
+pub const SWITCH_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Current time, µs since the Unix epoch.
+pub fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
 /// Current time, ms since the Unix epoch.
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -545,10 +685,7 @@ struct ArrivalClock {
 
 impl ArrivalClock {
     fn next(&self) -> u64 {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_micros() as u64)
-            .unwrap_or(0);
+        let now = now_us();
         let mut prev = self.last.load(Ordering::Relaxed);
         loop {
             let next = now.max(prev + 1);

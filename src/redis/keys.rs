@@ -11,6 +11,8 @@
 //! | `<p>:<tag>:w` | zset | a shard's waiting line: ticket → arrival score (µs) |
 //! | `<p>:<tag>:a` | zset | a shard's active sessions: ticket → admission time (ms) |
 //! | `<p>:<tag>:n` | string | a shard's admitted-total counter |
+//! | `<p>:<tag>:s` | zset | a shard's last-seen times: ticket → last enter or poll (ms) |
+//! | `<p>:{<event>}:seq` | string | the `global_counter` arrival counter (one hot key per event) |
 //!
 //! `<tag>` is the shard's hash tag `{<event>:<shard>}`, or `{<event>:<shard>.<salt>}` when a
 //! salt was needed to place the shard on the primary chosen for it (see [`choose_tags`]). All
@@ -46,6 +48,8 @@ pub struct ShardKeys {
     pub active: String,
     /// Admitted-total counter (string).
     pub admitted: String,
+    /// Last-seen times of the waiting (zset): abandoned places are found here.
+    pub seen: String,
 }
 
 impl Keys {
@@ -76,12 +80,18 @@ impl Keys {
         format!("{}:{{{event}}}:lease", self.prefix)
     }
 
+    /// An event's `global_counter` arrival counter.
+    pub fn counter(&self, event: &str) -> String {
+        format!("{}:{{{event}}}:seq", self.prefix)
+    }
+
     /// The keys of the shard with hash tag `tag` (as returned by [`shard_tag`]).
     pub fn shard(&self, tag: &str) -> ShardKeys {
         ShardKeys {
             waiting: format!("{}:{tag}:w", self.prefix),
             active: format!("{}:{tag}:a", self.prefix),
             admitted: format!("{}:{tag}:n", self.prefix),
+            seen: format!("{}:{tag}:s", self.prefix),
         }
     }
 }
@@ -145,10 +155,12 @@ mod tests {
         let s = keys.shard(&tag);
         assert_eq!(slot(&s.waiting), slot(&s.active));
         assert_eq!(slot(&s.waiting), slot(&s.admitted));
+        assert_eq!(slot(&s.waiting), slot(&s.seen));
         assert_eq!(
             slot(&keys.event_config("ev")),
             slot(&keys.event_stats("ev"))
         );
+        assert_eq!(slot(&keys.event_config("ev")), slot(&keys.counter("ev")));
     }
 
     #[test]

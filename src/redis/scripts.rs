@@ -19,6 +19,8 @@ pub struct Scripts {
     pub admit: Script,
     /// See `lua/lease.lua`.
     pub lease: Script,
+    /// See `lua/next_number.lua`.
+    pub next_number: Script,
     /// See `lua/release.lua`.
     pub release: Script,
 }
@@ -33,6 +35,7 @@ impl Scripts {
             shard_heads: Script::new(include_str!("../../lua/shard_heads.lua")),
             admit: Script::new(include_str!("../../lua/admit.lua")),
             lease: Script::new(include_str!("../../lua/lease.lua")),
+            next_number: Script::new(include_str!("../../lua/next_number.lua")),
             release: Script::new(include_str!("../../lua/release.lua")),
         }
     }
@@ -49,6 +52,7 @@ impl Scripts {
             &self.shard_heads,
             &self.admit,
             &self.lease,
+            &self.next_number,
             &self.release,
         ] {
             s.load_async(conn).await?;

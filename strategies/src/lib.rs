@@ -12,6 +12,7 @@
 //!   member); its total order is the global arrival order all exact strategies agree on.
 //! - [`merge`]: K-way merge of shard heads (admission for `timestamp` and `global_counter`).
 //! - [`timestamp`]: exact position from per-shard counts of those ahead.
+//! - [`global_counter`]: position from a dense arrival number and the first number waiting.
 //! - [`statistical`]: estimated position from the own shard's rank and the line's total.
 //! - [`round_robin`]: admission dealt over shards in rotation (`statistical`).
 //! - [`hybrid`]: the policy that picks `timestamp` or `statistical` from measured error.
@@ -19,9 +20,12 @@
 //! ## Invariant
 //! Every strategy reads the same stored key (arrival score per shard), so switching strategy
 //! never re-queues anyone: only the way a position is computed and heads are picked changes.
+//! Clock scores (µs) and counter numbers share one scale: a counter range starts above every
+//! score already in the line (see the service's `queue::event`).
 
 #![forbid(unsafe_code)]
 
+pub mod global_counter;
 pub mod hybrid;
 pub mod merge;
 pub mod round_robin;

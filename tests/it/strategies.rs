@@ -167,15 +167,24 @@ async fn switching_strategy_in_every_direction_loses_nobody_and_reaches_other_in
     )
     .await;
 
-    // T->S, S->H, H->T, T->H, H->S, S->T: all six ordered pairs of the available strategies.
+    // An Eulerian circuit over the 4 strategies: every one of the 12 ordered pairs once.
+    // T=timestamp, S=statistical, H=hybrid, G=global_counter:
+    // T->S->H->G->T->H->S->G->H->T->G->S->T
     let steps = [
         "statistical",
         "hybrid",
+        "global_counter",
         "timestamp",
         "hybrid",
         "statistical",
+        "global_counter",
+        "hybrid",
+        "timestamp",
+        "global_counter",
+        "statistical",
         "timestamp",
     ];
+    let mut rounds: Vec<Vec<String>> = vec![tickets.clone()];
     for (round, strategy) in steps.iter().enumerate() {
         let switched = Instant::now();
         set_strategy(&app, &ev, strategy).await;
@@ -199,18 +208,32 @@ async fn switching_strategy_in_every_direction_loses_nobody_and_reaches_other_in
             switched.elapsed()
         );
 
-        tickets.extend(enter_many(&app, &ev, &format!("r{round}-"), 20).await);
+        // Past the switch instant, new arrivals get the new strategy's order key.
+        tokio::time::sleep(Duration::from_millis(1100).saturating_sub(switched.elapsed())).await;
+        let newcomers = enter_many(&app, &ev, &format!("r{round}-"), 20).await;
+        tickets.extend(newcomers.iter().cloned());
+        rounds.push(newcomers);
         let exact = exact_positions(&app, &ev).await;
         assert_eq!(
             exact.len(),
             tickets.len(),
             "nobody lost or duplicated after switching to {strategy}"
         );
+        // Nobody moved behind someone who arrived later: each round's people stand after every
+        // earlier round's people, whichever order key each round got.
+        for pair in rounds.windows(2) {
+            let last_before = pair[0].iter().map(|t| exact[t]).max().unwrap();
+            let first_after = pair[1].iter().map(|t| exact[t]).min().unwrap();
+            assert!(
+                last_before < first_after,
+                "after switching to {strategy}: a later arrival stands ahead ({first_after} <= {last_before})"
+            );
+        }
         let w = tickets.len() as u64;
         for t in &tickets {
             let s = other.poll_ok(&ev, t).await;
             let p = s["position"].as_u64().unwrap();
-            if shown == "timestamp" {
+            if shown == "timestamp" || shown == "global_counter" {
                 assert_eq!(
                     p, exact[t],
                     "exact strategy stays exact after switching to {strategy}"
@@ -220,6 +243,126 @@ async fn switching_strategy_in_every_direction_loses_nobody_and_reaches_other_in
             }
         }
     }
+}
+
+/// For the exact strategies: concurrent arrivals get positions exactly 1..W, and admission
+/// follows that order with no inversion (the admitted are always a prefix of the line).
+async fn exact_strategy_orders_and_admits_in_arrival_order(strategy: &str) {
+    let app = Arc::new(spawn_app().await);
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"shards": 8, "admit_per_second": 0, "strategy": strategy, "active_capacity": 100000}),
+    )
+    .await;
+    let tickets = enter_many(&app, &ev, "u", 2000).await;
+    // global_counter reads the leader's per-tick figures: let one tick pass.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let exact = exact_positions(&app, &ev).await;
+    let mut shown = Vec::new();
+    for t in &tickets {
+        let s = app.poll_ok(&ev, t).await;
+        assert_eq!(s["strategy"], strategy);
+        let p = s["position"].as_u64().unwrap();
+        assert_eq!(p, exact[t], "{strategy}: shown position is the exact one");
+        shown.push(p);
+    }
+    shown.sort();
+    assert_eq!(shown, (1..=2000).collect::<Vec<_>>());
+
+    app.put_event(&ev, json!({"admit_per_second": 800})).await;
+    eventually(Duration::from_secs(30), "everyone admitted", || async {
+        (app.active_tickets(&ev).await.len() == 2000).then_some(())
+    })
+    .await;
+    // Each active member's score is its admission time (ms; one value per tick). Admission
+    // order equals arrival order when every tick admitted people who all stood before everyone
+    // admitted by a later tick: count the pairs that break that.
+    let mut admitted: Vec<(u64, u64)> = Vec::new();
+    for tag in app.shard_tags(&ev).await {
+        let members: Vec<(String, f64)> = app
+            .redis
+            .clone()
+            .zrange_withscores(app.keys.shard(&tag).active, 0, -1)
+            .await
+            .unwrap();
+        admitted.extend(members.into_iter().map(|(t, at)| (at as u64, exact[&t])));
+    }
+    admitted.sort();
+    let ticks = admitted.chunk_by(|a, b| a.0 == b.0).count();
+    assert!(ticks > 5, "admission ran over several ticks ({ticks})");
+    let mut inversions = 0u64;
+    let mut best_before = 0u64;
+    for group in admitted.chunk_by(|a, b| a.0 == b.0) {
+        inversions += group.iter().filter(|(_, p)| *p < best_before).count() as u64;
+        best_before = best_before.max(group.iter().map(|(_, p)| *p).max().unwrap());
+    }
+    assert_eq!(
+        inversions, 0,
+        "{strategy}: admission order inverted arrival order"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn timestamp_orders_and_admits_exactly_in_arrival_order() {
+    exact_strategy_orders_and_admits_in_arrival_order("timestamp").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn global_counter_orders_and_admits_exactly_in_arrival_order() {
+    exact_strategy_orders_and_admits_in_arrival_order("global_counter").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn people_who_stop_polling_are_skipped_and_those_who_poll_are_admitted() {
+    let app = Arc::new(spawn_app().await);
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"shards": 2, "admit_per_second": 0, "abandon_after_seconds": 2}),
+    )
+    .await;
+    // Ten people; the even ones walk away without leaving, the odd ones keep polling.
+    let tickets: Vec<String> = {
+        let mut v = Vec::new();
+        for i in 0..10 {
+            v.push(
+                app.enter_ok(&ev, &format!("u{i}")).await["ticket"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+            );
+        }
+        v
+    };
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(2600) {
+        for t in tickets.iter().skip(1).step_by(2) {
+            app.poll_ok(&ev, t).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    app.put_event(&ev, json!({"admit_per_second": 1000})).await;
+    let stayers: std::collections::HashSet<String> =
+        tickets.iter().skip(1).step_by(2).cloned().collect();
+    eventually(
+        Duration::from_secs(10),
+        "the five who kept polling admitted",
+        || async { (app.active_tickets(&ev).await == stayers).then_some(()) },
+    )
+    .await;
+    for t in tickets.iter().step_by(2) {
+        assert_eq!(
+            app.poll(&ev, t).await.status(),
+            StatusCode::NOT_FOUND,
+            "abandoned place removed"
+        );
+    }
+    let stats = app.get_event(&ev).await["stats"].clone();
+    assert_eq!(stats["waiting"], 0);
+    assert_eq!(stats["admitted_total"], 5);
+    let metric = format!(r#"waitroom_abandoned_total{{event="{ev}"}} 5"#);
+    assert!(app.metrics().await.contains(&metric), "missing {metric}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
