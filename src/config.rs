@@ -120,6 +120,14 @@ pub struct RedisConfig {
         default_value_t = 1000
     )]
     pub connect_timeout_ms: u64,
+    /// Send position reads (other shards' counts, published figures) to replicas: less load on
+    /// the primaries, positions up to the replication lag stale. Scripts never go to replicas.
+    #[arg(
+        long = "redis-read-from-replicas",
+        env = "WAITROOM_REDIS_READ_FROM_REPLICAS",
+        default_value_t = false
+    )]
+    pub read_from_replicas: bool,
     /// Response timeout per request, ms.
     #[arg(
         long = "redis-response-timeout-ms",

@@ -38,9 +38,15 @@ impl Application {
         }
         crate::telemetry::metrics_handle();
         let conn = wredis::connect(&config.redis).await?;
-        tracing::info!(cluster = conn.is_cluster(), "connected to Redis");
+        let reads = wredis::connect_reads(&config.redis, &conn).await?;
+        tracing::info!(
+            cluster = conn.is_cluster(),
+            replica_reads = config.redis.read_from_replicas,
+            "connected to Redis"
+        );
         let queue = Arc::new(Queue::new(
             conn,
+            reads,
             Keys::new(config.redis.key_prefix.clone()),
             Signer::new(&token_secret),
         ));

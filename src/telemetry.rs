@@ -25,6 +25,12 @@ pub const REDIS_UNAVAILABLE: &str = "waitroom_redis_unavailable_total";
 /// |estimate − exact| position of sampled waiting people, by `strategy` (sampled only for
 /// events whose positions can be estimated: `statistical` and `hybrid`).
 pub const POSITION_ERROR: &str = "waitroom_position_error";
+/// Redis commands one poll of a waiting person sent (round trips, counted where they are
+/// sent), by the `strategy` that computed the position.
+pub const COMMANDS_PER_POLL: &str = "waitroom_redis_commands_per_poll";
+/// Redis commands sent by admission ticks, by `event`; divide by `waitroom_admitted_total`
+/// for commands per admitted person.
+pub const ADMISSION_COMMANDS: &str = "waitroom_admission_redis_commands_total";
 /// 1 while a `hybrid` event shows estimated positions, by `event`.
 pub const HYBRID_ESTIMATED: &str = "waitroom_hybrid_estimated";
 /// `hybrid` mode changes, by `event` and `to`.
@@ -51,6 +57,11 @@ pub fn metrics_handle() -> PrometheusHandle {
             ];
             let recorder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Full(HTTP_LATENCY.to_owned()), &buckets)
+                .expect("valid buckets")
+                .set_buckets_for_metric(
+                    Matcher::Full(COMMANDS_PER_POLL.to_owned()),
+                    &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0],
+                )
                 .expect("valid buckets")
                 .set_buckets_for_metric(
                     Matcher::Full(POSITION_ERROR.to_owned()),

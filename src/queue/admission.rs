@@ -287,6 +287,8 @@ impl EventAdmission {
                 .collect();
             group_by_shard(&merge_heads(&heads, take))
         };
+        // The lease check, one read per shard, the counter figures, one move per shard picked.
+        let commands = 1 + u64::from(cfg.shards) + u64::from(counting) + picks.len() as u64;
         let moves = picks.into_iter().map(|p| {
             let mut conn = q.conn.clone();
             let k = q.keys.shard(&cfg.shard_tags[p.shard]);
@@ -318,6 +320,7 @@ impl EventAdmission {
 
         let ev = self.event.to_string();
         metrics::counter!(telemetry::ABANDONED_TOTAL, "event" => ev.clone()).increment(abandoned);
+        metrics::counter!(telemetry::ADMISSION_COMMANDS, "event" => ev.clone()).increment(commands);
         metrics::counter!(telemetry::ADMITTED_TOTAL, "event" => ev.clone())
             .increment(admitted as u64);
         metrics::gauge!(telemetry::QUEUE_WAITING, "event" => ev.clone())
@@ -465,7 +468,8 @@ impl EventAdmission {
                 .query_async(&mut conn)
                 .await?;
             let Some(rank) = rank else { continue };
-            let ahead = q.ahead_in_other_shards(cfg, shard, score).await?;
+            // The reference is read from the primaries: the exact position as of now.
+            let ahead = q.ahead_in_other_shards(&q.conn, cfg, shard, score).await?;
             let exact = timestamp::position(rank, &ahead);
             let estimate = statistical::position(rank, size, total);
             let error = estimate.abs_diff(exact);

@@ -25,6 +25,7 @@ use crate::ids::{EventId, Ticket, UserId};
 use crate::redis::keys::{choose_tags, Keys, ShardKeys};
 use crate::redis::scripts::Scripts;
 use crate::redis::{classify, primaries, Fault, RedisConn};
+use crate::telemetry;
 use event::{Event, EventConfig, EventPatch, EventState, EventStore};
 
 /// What can go wrong in the waiting room.
@@ -126,6 +127,8 @@ pub struct ShardStats {
 pub struct Queue {
     /// Redis connection (cloned per request).
     pub conn: RedisConn,
+    /// Connection for position reads that may be slightly stale (replicas when configured).
+    pub reads: RedisConn,
     /// Key builder.
     pub keys: Keys,
     /// Lua scripts.
@@ -139,9 +142,10 @@ pub struct Queue {
 
 impl Queue {
     /// A waiting room on `conn` under key prefix `keys`.
-    pub fn new(conn: RedisConn, keys: Keys, signer: Signer) -> Self {
+    pub fn new(conn: RedisConn, reads: RedisConn, keys: Keys, signer: Signer) -> Self {
         Queue {
             conn,
+            reads,
             events: EventStore::new(keys.clone()),
             keys,
             scripts: Scripts::new(),
@@ -196,6 +200,13 @@ impl Queue {
         let standing = self
             .repairing(event, &ev.config, || self.locate(&ev, ticket, None))
             .await?;
+        if let Standing::Waiting {
+            strategy, reads, ..
+        } = standing
+        {
+            metrics::histogram!(telemetry::COMMANDS_PER_POLL, "strategy" => strategy.as_str())
+                .record(f64::from(1 + reads));
+        }
         Ok(self.view(event, &ev, *ticket, standing))
     }
 
@@ -295,6 +306,12 @@ impl Queue {
             1 => {
                 let cfg = &ev.config;
                 let counted = cfg.counter_start > 0 && score >= cfg.counter_start as f64;
+                // Reads beyond the shard's own script, counted for the commands-per-poll metric.
+                let mut reads = 0u32;
+                let exact = |reads: &mut u32| {
+                    *reads += cfg.shards - 1;
+                    self.ahead_in_other_shards(&self.reads, cfg, shard, score)
+                };
                 let (strategy, position) = match (ev.effective_strategy(), ev.waiting_total) {
                     // One script on the own shard; the line's total comes from the leader.
                     (StrategyKind::Statistical, Some(total)) => (
@@ -303,6 +320,7 @@ impl Queue {
                     ),
                     (StrategyKind::GlobalCounter, _) => {
                         let published = if counted {
+                            reads += 1;
                             self.counter_figures(ev, score).await?
                         } else {
                             None
@@ -313,20 +331,21 @@ impl Queue {
                             }
                             // People from before the counter range (or before the leader has
                             // published): counted exactly, as they drain first.
-                            None => {
-                                let ahead = self.ahead_in_other_shards(cfg, shard, score).await?;
-                                timestamp::position(rank, &ahead)
-                            }
+                            None => timestamp::position(rank, &exact(&mut reads).await?),
                         };
                         (StrategyKind::GlobalCounter, position)
                     }
                     // Before the leader has published a total, count exactly (and say so).
-                    _ => {
-                        let ahead = self.ahead_in_other_shards(&ev.config, shard, score).await?;
-                        (StrategyKind::Timestamp, timestamp::position(rank, &ahead))
-                    }
+                    _ => (
+                        StrategyKind::Timestamp,
+                        timestamp::position(rank, &exact(&mut reads).await?),
+                    ),
                 };
-                Ok(Standing::Waiting { position, strategy })
+                Ok(Standing::Waiting {
+                    position,
+                    strategy,
+                    reads,
+                })
             }
             _ => Err(QueueError::UnknownTicket),
         }
@@ -340,7 +359,7 @@ impl Queue {
         score: f64,
     ) -> Result<Option<(u64, u64)>, QueueError> {
         let (start, carried, first): (Option<u64>, Option<u64>, Option<u64>) = self
-            .conn
+            .reads
             .clone()
             .hmget(
                 self.keys.event_stats(ev.id.as_str()),
@@ -360,12 +379,13 @@ impl Queue {
     /// For each other shard, how many wait ahead of a person at `score` in `shard`.
     pub(crate) async fn ahead_in_other_shards(
         &self,
+        via: &RedisConn,
         cfg: &EventConfig,
         shard: usize,
         score: f64,
     ) -> Result<Vec<u64>, QueueError> {
         let counts = (0..cfg.shards as usize).filter(|j| *j != shard).map(|j| {
-            let mut conn = self.conn.clone();
+            let mut conn = via.clone();
             let key = self.shard_keys(cfg, j).waiting;
             let (inclusive, bound) = timestamp::count_bound(shard, j, score);
             let max = if inclusive {
@@ -418,7 +438,9 @@ impl Queue {
             strategy: None,
         };
         match standing {
-            Standing::Waiting { position, strategy } => {
+            Standing::Waiting {
+                position, strategy, ..
+            } => {
                 status.strategy = Some(strategy);
                 // An ETA only while people are being let in: a paused line has none.
                 let open = cfg.state == EventState::Open;
@@ -605,7 +627,7 @@ impl Queue {
                     let aside = format!("{key}:wrongtype:{}", now_ms());
                     tracing::error!(event = %event, key = %key, found = %found, want, aside = %aside,
                         "queue key held the wrong type; moved aside");
-                    metrics::counter!(crate::telemetry::WRONGTYPE_REPAIRS).increment(1);
+                    metrics::counter!(telemetry::WRONGTYPE_REPAIRS).increment(1);
                     let () = conn.rename(key, &aside).await?;
                 }
             }
@@ -620,6 +642,8 @@ enum Standing {
     Waiting {
         position: u64,
         strategy: StrategyKind,
+        /// Redis commands read beyond the own shard's script.
+        reads: u32,
     },
     Admitted {
         admitted_at_ms: u64,

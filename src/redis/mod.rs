@@ -17,6 +17,7 @@ use anyhow::Context as _;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_read_routing::RandomReplicaStrategy;
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
 
 use crate::config::{RedisConfig, RedisMode};
@@ -65,8 +66,25 @@ impl RedisConn {
     }
 }
 
-/// Connects to the configured deployment, detecting cluster mode when asked to.
+/// Connects to the configured deployment, detecting cluster mode when asked to. Every command
+/// goes to the primary of its slot.
 pub async fn connect(cfg: &RedisConfig) -> anyhow::Result<RedisConn> {
+    connect_with(cfg, false).await
+}
+
+/// The connection for reads that may be a little stale (other shards' counts for a position,
+/// the leader's published figures): routed to replicas when `read_from_replicas` is set and the
+/// deployment is a cluster, else the primaries as usual. Never used for scripts, admissions or
+/// holds — those always go to the primary.
+pub async fn connect_reads(cfg: &RedisConfig, primary: &RedisConn) -> anyhow::Result<RedisConn> {
+    if cfg.read_from_replicas && primary.is_cluster() {
+        connect_with(cfg, true).await
+    } else {
+        Ok(primary.clone())
+    }
+}
+
+async fn connect_with(cfg: &RedisConfig, replica_reads: bool) -> anyhow::Result<RedisConn> {
     let connect_timeout = Duration::from_millis(cfg.connect_timeout_ms);
     let response_timeout = Duration::from_millis(cfg.response_timeout_ms);
     let first = cfg
@@ -82,12 +100,16 @@ pub async fn connect(cfg: &RedisConfig) -> anyhow::Result<RedisConn> {
     // Bound the whole set-up: an async connect can hang (shared/INFRA.md).
     let setup = async {
         if cluster {
-            let client = ClusterClientBuilder::new(cfg.nodes.clone())
+            let mut builder = ClusterClientBuilder::new(cfg.nodes.clone())
                 .connection_timeout(connect_timeout)
                 .response_timeout(response_timeout)
                 .retries(2)
                 .min_retry_wait(50)
-                .max_retry_wait(400)
+                .max_retry_wait(400);
+            if replica_reads {
+                builder = builder.read_routing_strategy(RandomReplicaStrategy);
+            }
+            let client = builder
                 .build()
                 .context("building the Redis Cluster client")?;
             let conn = client

@@ -8,5 +8,6 @@ mod failover;
 mod instances;
 mod ops;
 mod queue;
+mod reads;
 mod standalone;
 mod strategies;

@@ -1,0 +1,145 @@
+//! What a poll costs in Redis commands, and where its reads go.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::common::{eventually, spawn_app, spawn_app_with, unique, TestApp};
+
+/// `<sum>/<count>` of the commands-per-poll histogram for `strategy`, from /metrics.
+async fn commands_per_poll(app: &TestApp, strategy: &str) -> (f64, f64) {
+    let text = app.metrics().await;
+    let read = |suffix: &str| {
+        let prefix =
+            format!(r#"waitroom_redis_commands_per_poll_{suffix}{{strategy="{strategy}"}} "#);
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map(|v| v.trim().parse::<f64>().unwrap())
+            .unwrap_or(0.0)
+    };
+    (read("sum"), read("count"))
+}
+
+#[tokio::test]
+async fn a_poll_costs_n_commands_under_timestamp_two_under_global_counter_one_under_statistical() {
+    let app = spawn_app().await;
+    for (strategy, expected) in [
+        ("timestamp", 8.0),
+        ("global_counter", 2.0),
+        ("statistical", 1.0),
+    ] {
+        let ev = unique("e");
+        app.create_event(
+            &ev,
+            json!({"shards": 8, "admit_per_second": 0, "strategy": strategy}),
+        )
+        .await;
+        let mut tickets = Vec::new();
+        for i in 0..20 {
+            tickets.push(
+                app.enter_ok(&ev, &format!("u{i}")).await["ticket"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+            );
+        }
+        // Let the admission leader publish the figures estimated and counted positions read.
+        eventually(Duration::from_secs(10), "leader figures", || async {
+            (!app.get_event(&ev).await["stats"]["measured_admit_per_second"].is_null())
+                .then_some(())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let (sum0, count0) = commands_per_poll(&app, strategy).await;
+        for t in &tickets {
+            assert_eq!(app.poll_ok(&ev, t).await["strategy"], strategy);
+        }
+        let (sum1, count1) = commands_per_poll(&app, strategy).await;
+        assert_eq!(count1 - count0, 20.0, "{strategy}: 20 polls recorded");
+        assert_eq!(
+            (sum1 - sum0) / 20.0,
+            expected,
+            "{strategy}: commands per poll"
+        );
+    }
+}
+
+/// `cmdstat_zcount` calls per node port, from INFO commandstats on every node of the stack.
+async fn zcount_calls(ports: &[u16]) -> HashMap<u16, u64> {
+    let mut calls = HashMap::new();
+    for p in ports {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{p}")).unwrap();
+        let mut c = client.get_multiplexed_async_connection().await.unwrap();
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let n = info
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_zcount:calls="))
+            .and_then(|v| v.split(',').next())
+            .map(|v| v.parse().unwrap())
+            .unwrap_or(0);
+        calls.insert(*p, n);
+    }
+    calls
+}
+
+async fn replica_ports() -> Vec<u16> {
+    let client = redis::Client::open("redis://127.0.0.1:7000").unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    nodes
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(2)
+                .is_some_and(|f| f.contains("slave"))
+        })
+        .filter_map(|l| {
+            l.split_whitespace()
+                .nth(1)?
+                .split('@')
+                .next()?
+                .rsplit(':')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn with_replica_reads_the_other_shards_counts_come_from_replicas_and_stay_exact() {
+    let app = spawn_app_with(|c| c.redis.read_from_replicas = true).await;
+    let ev = unique("e");
+    app.create_event(&ev, json!({"shards": 8, "admit_per_second": 0}))
+        .await;
+    let mut tickets = Vec::new();
+    for i in 0..30 {
+        tickets.push(
+            app.enter_ok(&ev, &format!("u{i}")).await["ticket"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    let replicas = replica_ports().await;
+    assert_eq!(replicas.len(), 3);
+    let before = zcount_calls(&replicas).await;
+    // Replication is asynchronous: once it has caught up, positions read there are exact.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for (i, t) in tickets.iter().enumerate() {
+        assert_eq!(app.poll_ok(&ev, t).await["position"], i + 1);
+    }
+    let after = zcount_calls(&replicas).await;
+    let served: u64 = replicas.iter().map(|p| after[p] - before[p]).sum();
+    // 30 polls x 7 other shards. Other tests running now do not read from replicas.
+    assert!(served >= 30 * 7, "replicas served {served} ZCOUNTs");
+}
