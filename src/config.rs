@@ -32,6 +32,8 @@ pub enum Command {
     Serve(Box<Config>),
     /// Apply the database migrations and exit.
     Migrate(DbConfig),
+    /// Measure each ordering strategy's position error and Redis cost (docs/ordering.md).
+    OrderingBench(crate::bench::ordering::OrderingBenchArgs),
     /// Exit 0 when the service at URL answers /healthz.
     Healthcheck {
         /// Base URL of the service.

@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
+pub mod bench;
 pub mod config;
 pub mod http;
 pub mod ids;

@@ -34,6 +34,7 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Healthcheck { url } => healthcheck(&url).await,
+        Command::OrderingBench(args) => waitroom::bench::ordering::run(args).await.map(|_| ()),
     }
 }
 

@@ -253,6 +253,9 @@ type LiveFigures = (Option<f64>, Option<u64>, Option<String>);
 pub struct EventStore {
     keys: Keys,
     cache: Mutex<HashMap<EventId, (Arc<Event>, Instant)>>,
+    /// One refresh at a time per event: when an entry expires under load, one request reads
+    /// Redis and the others wait for its answer instead of all reading at once.
+    refreshing: Mutex<HashMap<EventId, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl EventStore {
@@ -261,6 +264,7 @@ impl EventStore {
         EventStore {
             keys,
             cache: Mutex::new(HashMap::new()),
+            refreshing: Mutex::new(HashMap::new()),
         }
     }
 
@@ -270,10 +274,20 @@ impl EventStore {
         conn: &mut RedisConn,
         event: &EventId,
     ) -> Result<Arc<Event>, QueueError> {
-        if let Some((ev, at)) = self.cache.lock().expect("cache lock").get(event) {
-            if at.elapsed() < CACHE_TTL {
-                return Ok(ev.clone());
-            }
+        if let Some(ev) = self.fresh(event) {
+            return Ok(ev);
+        }
+        let gate = self
+            .refreshing
+            .lock()
+            .expect("refresh lock")
+            .entry(event.clone())
+            .or_default()
+            .clone();
+        let _turn = gate.lock().await;
+        // Whoever held the gate before us may have refreshed the entry already.
+        if let Some(ev) = self.fresh(event) {
+            return Ok(ev);
         }
         // Both keys carry the tag {event}: one slot, so one pipeline, one round trip.
         let (raw, (rate, waiting, mode)): (Option<String>, LiveFigures) = redis::pipe()
@@ -297,6 +311,17 @@ impl EventStore {
             .expect("cache lock")
             .insert(event.clone(), (ev.clone(), Instant::now()));
         Ok(ev)
+    }
+
+    fn fresh(&self, event: &EventId) -> Option<Arc<Event>> {
+        let cache = self.cache.lock().expect("cache lock");
+        let (ev, at) = cache.get(event)?;
+        (at.elapsed() < CACHE_TTL).then(|| ev.clone())
+    }
+
+    /// Drops the cached copy, so the next read sees Redis (after figures changed under it).
+    pub fn forget(&self, event: &EventId) {
+        self.cache.lock().expect("cache lock").remove(event);
     }
 
     /// The configuration straight from Redis (`None` for an unknown event).

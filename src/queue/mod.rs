@@ -154,12 +154,14 @@ impl Queue {
         }
     }
 
-    fn shard_of(cfg: &EventConfig, ticket: &Ticket) -> usize {
+    /// The shard a ticket lives in: CRC16 of the ticket mod the shard count.
+    pub fn shard_of(cfg: &EventConfig, ticket: &Ticket) -> usize {
         let member = ticket.to_member();
         crc16::State::<crc16::XMODEM>::calculate(member.as_bytes()) as usize % cfg.shards as usize
     }
 
-    fn shard_keys(&self, cfg: &EventConfig, shard: usize) -> ShardKeys {
+    /// The keys of shard `shard` of an event.
+    pub fn shard_keys(&self, cfg: &EventConfig, shard: usize) -> ShardKeys {
         self.keys.shard(&cfg.shard_tags[shard])
     }
 

@@ -411,3 +411,61 @@ async fn hybrid_estimates_when_the_line_is_large_and_goes_exact_when_it_shrinks(
         exact[&tickets[399]]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_ordering_bench_measures_exact_strategies_as_exact_and_counts_commands() {
+    use clap::Parser as _;
+    use waitroom::bench::ordering::{run, OrderingBenchArgs};
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: OrderingBenchArgs,
+    }
+    // A private cluster: the bench counts commands on the servers, which other tests running
+    // at the same time on the shared stack would add to.
+    let cluster = crate::common::procs::RedisProcs::cluster(7200);
+    let nodes = cluster.urls().join(",");
+    let args = Cli::try_parse_from([
+        "bench",
+        "--sizes",
+        "3000",
+        "--shards",
+        "4",
+        "--samples",
+        "300",
+        "--enters",
+        "200",
+        "--redis-response-timeout-ms",
+        "3000",
+        "--redis-nodes",
+        &nodes,
+    ])
+    .unwrap()
+    .args;
+    let report = run(args).await.unwrap();
+    assert_eq!(
+        report.errors.len(),
+        10,
+        "uniform and bursty x 2 strategies, numbered x 1, each before and after leavers"
+    );
+    for row in &report.errors {
+        match (row.strategy.as_str(), row.left_share > 0.0) {
+            ("timestamp", _) | ("global_counter", false) => {
+                assert_eq!(row.max_error, 0, "{row:?}")
+            }
+            // A counter subtracts no leaver: with 1 % gone, 30 gaps at most.
+            ("global_counter", true) => assert!(row.max_error <= 30, "{row:?}"),
+            ("statistical", _) => assert!(row.max_error > 0 && row.p99_error < 3000, "{row:?}"),
+            other => panic!("unexpected row {other:?}"),
+        }
+        let expected = match row.strategy.as_str() {
+            "timestamp" => 4.0,
+            "global_counter" => 2.0,
+            _ => 1.0,
+        };
+        assert!((row.commands_per_poll - expected).abs() < 0.1, "{row:?}");
+    }
+    let replica = report.replica.expect("the stack is a cluster");
+    assert!(replica.replica_share_of_counts > 0.99, "{replica:?}");
+}

@@ -129,6 +129,23 @@ impl RedisProcs {
             live.iter()
                 .all(|p| cli(*p, &["cluster", "info"]).contains("cluster_state:ok"))
         });
+        // A fresh replica shows as a slot-less primary for a while: wait until every replica
+        // is linked, so clients see the final topology (shared/INFRA.md).
+        if live.len() == self.ports.len() {
+            wait_until(limit, "replicas linked", || {
+                live.iter()
+                    .map(|p| cli(*p, &["info", "replication"]))
+                    .filter(|i| i.contains("role:slave") && i.contains("master_link_status:up"))
+                    .count()
+                    == 3
+                    // ... and every node lists every replica for its slots (clients build their
+                    // routing from CLUSTER SLOTS: a replica missing there never serves a read).
+                    && live.iter().all(|p| {
+                        let slots = cli(*p, &["cluster", "slots"]);
+                        self.ports.iter().all(|q| slots.lines().any(|l| l.trim() == q.to_string()))
+                    })
+            });
+        }
     }
 
     pub fn urls(&self) -> Vec<String> {

@@ -1,0 +1,797 @@
+//! `waitroom ordering-bench`: how wrong each strategy's positions are, and what they cost.
+//!
+//! For each line size, shard count and arrival pattern it fills a real line in Redis (the same
+//! keys and scores the service writes, via pipelined ZADD: entering a million people through
+//! the position-computing enter path would measure enter, not ordering), publishes the figures
+//! the admission leader would publish, then polls a random sample through the service's own
+//! poll path ([`Queue::poll`]) and compares each shown position with the exact one computed
+//! here from the generated line. It repeats after a share of the line has left without saying
+//! so (people leaving are what makes counters and estimates drift).
+//!
+//! Besides the error it measures, from the servers' own `INFO commandstats`: Redis commands per
+//! poll, commands per enter and how much of that lands on the busiest primary (the
+//! `global_counter` hot key), and, with replica reads, the share of poll reads the replicas
+//! serve and how stale a replica read is.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::Args;
+use futures::{stream, StreamExt as _, TryStreamExt as _};
+use rand::seq::{IndexedRandom as _, SliceRandom as _};
+use redis::AsyncCommands as _;
+use serde::Serialize;
+use waitroom_strategies::{OrderKey, StrategyKind};
+
+use crate::auth::Signer;
+use crate::config::RedisConfig;
+use crate::ids::{EventId, Ticket, UserId};
+use crate::queue::event::{EventConfig, EventPatch, EventState};
+use crate::queue::Queue;
+use crate::redis::keys::Keys;
+use crate::redis::{connect, connect_reads, RedisConn};
+
+/// Options of `waitroom ordering-bench`.
+#[derive(Debug, Clone, Args)]
+pub struct OrderingBenchArgs {
+    /// Redis to measure on (the local stack's cluster by default).
+    #[command(flatten)]
+    pub redis: RedisConfig,
+    /// Line sizes (people waiting).
+    #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
+    pub sizes: Vec<usize>,
+    /// Shard counts.
+    #[arg(long, value_delimiter = ',', default_value = "4,16,64")]
+    pub shards: Vec<u32>,
+    /// Polls sampled per measurement.
+    #[arg(long, default_value_t = 1000)]
+    pub samples: usize,
+    /// Share of the line that leaves silently before the second measurement.
+    #[arg(long, default_value_t = 0.01)]
+    pub leave_share: f64,
+    /// Enters per strategy for the enter-cost and hot-key measurement.
+    #[arg(long, default_value_t = 3000)]
+    pub enters: usize,
+    /// Write the report as JSON here too.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+}
+
+/// One measured configuration.
+#[derive(Debug, Clone, Serialize)]
+pub struct ErrorRow {
+    /// People waiting when sampled.
+    pub waiting: usize,
+    /// Shards.
+    pub shards: u32,
+    /// `uniform`, `bursty`, or `numbered` (global_counter: the counter orders arrivals).
+    pub arrivals: &'static str,
+    /// Share of the line that had left silently.
+    pub left_share: f64,
+    /// Strategy that computed the shown positions.
+    pub strategy: String,
+    /// Polls sampled.
+    pub samples: usize,
+    /// Median |shown − exact|.
+    pub median_error: u64,
+    /// 99th percentile |shown − exact|.
+    pub p99_error: u64,
+    /// Largest |shown − exact|.
+    pub max_error: u64,
+    /// 99th percentile of |shown − exact| / exact.
+    pub p99_relative_error: f64,
+    /// Redis commands per poll, counted by the servers.
+    pub commands_per_poll: f64,
+}
+
+/// The cost of entering, per strategy.
+#[derive(Debug, Clone, Serialize)]
+pub struct EnterRow {
+    /// Strategy.
+    pub strategy: String,
+    /// Shards.
+    pub shards: u32,
+    /// Commands processed per enter, all primaries.
+    pub commands_per_enter: f64,
+    /// Share of those commands processed by the busiest primary (1/3 is even on 3 primaries).
+    pub busiest_primary_share: f64,
+}
+
+/// Replica reads: share of poll reads served by replicas, and replica staleness.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplicaRow {
+    /// People waiting, shards.
+    pub waiting: usize,
+    /// Shards.
+    pub shards: u32,
+    /// Share of ZCOUNT calls that replicas served during the polls.
+    pub replica_share_of_counts: f64,
+    /// Share of all poll commands that still reached primaries.
+    pub primary_share_of_poll_commands: f64,
+    /// Time from a write acknowledged by a primary until a replica read shows it: median, ms.
+    pub staleness_median_ms: f64,
+    /// The same, 99th percentile, ms.
+    pub staleness_p99_ms: f64,
+}
+
+/// Everything measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Position errors.
+    pub errors: Vec<ErrorRow>,
+    /// Enter cost and hot-key load.
+    pub enters: Vec<EnterRow>,
+    /// Replica reads (cluster only).
+    pub replica: Option<ReplicaRow>,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Arrivals {
+    Uniform,
+    Bursty,
+    Numbered,
+}
+
+impl Arrivals {
+    fn name(self) -> &'static str {
+        match self {
+            Arrivals::Uniform => "uniform",
+            Arrivals::Bursty => "bursty",
+            Arrivals::Numbered => "numbered",
+        }
+    }
+}
+
+/// A generated person: ticket, shard, score.
+#[derive(Clone)]
+struct Person {
+    ticket: Ticket,
+    member: String,
+    shard: usize,
+    score: f64,
+}
+
+struct Bench {
+    queue: Queue,
+    replica_queue: Option<Queue>,
+    nodes: Vec<Node>,
+}
+
+#[derive(Clone)]
+struct Node {
+    url: String,
+    replica: bool,
+}
+
+/// Runs the whole measurement and prints the tables.
+pub async fn run(args: OrderingBenchArgs) -> anyhow::Result<Report> {
+    let mut redis_cfg = args.redis.clone();
+    redis_cfg.key_prefix = format!("bench{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    redis_cfg.response_timeout_ms = redis_cfg.response_timeout_ms.max(5000);
+    let conn = connect(&redis_cfg).await?;
+    let keys = Keys::new(redis_cfg.key_prefix.clone());
+    let signer = Signer::new(&uuid::Uuid::new_v4().to_string());
+    let queue = Queue::new(conn.clone(), conn.clone(), keys.clone(), signer.clone());
+    queue.scripts.preload(&mut conn.clone()).await?;
+    let replica_queue = if conn.is_cluster() {
+        let mut rc = redis_cfg.clone();
+        rc.read_from_replicas = true;
+        let reads = connect_reads(&rc, &conn).await?;
+        Some(Queue::new(conn.clone(), reads, keys.clone(), signer))
+    } else {
+        None
+    };
+    let nodes = nodes(&conn, &redis_cfg).await?;
+    let bench = Bench {
+        queue,
+        replica_queue,
+        nodes,
+    };
+
+    let mut errors = Vec::new();
+    for &n in &args.shards {
+        for &w in &args.sizes {
+            for arrivals in [Arrivals::Uniform, Arrivals::Bursty, Arrivals::Numbered] {
+                let started = Instant::now();
+                let rows = bench.measure_line(w, n, arrivals, &args).await?;
+                eprintln!(
+                    "measured {w} waiting, {n} shards, {} arrivals in {:.1?}",
+                    arrivals.name(),
+                    started.elapsed()
+                );
+                errors.extend(rows);
+            }
+        }
+    }
+    let mut enters = Vec::new();
+    let enter_shards = args
+        .shards
+        .get(1)
+        .or(args.shards.first())
+        .copied()
+        .unwrap_or(16);
+    for strategy in [StrategyKind::Timestamp, StrategyKind::GlobalCounter] {
+        enters.push(
+            bench
+                .measure_enters(strategy, enter_shards, args.enters)
+                .await?,
+        );
+    }
+    let replica = match &bench.replica_queue {
+        Some(_) => Some(
+            bench
+                .measure_replicas(args.sizes[0].min(100_000), enter_shards, &args)
+                .await?,
+        ),
+        None => None,
+    };
+    let report = Report {
+        errors,
+        enters,
+        replica,
+    };
+    print_report(&report);
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(report)
+}
+
+impl Bench {
+    async fn new_event(
+        &self,
+        shards: u32,
+        strategy: StrategyKind,
+    ) -> anyhow::Result<(EventId, EventConfig)> {
+        let id = EventId::parse(&format!(
+            "b{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..12]
+        ))?;
+        let patch = EventPatch {
+            shards: Some(shards),
+            admit_per_second: Some(0.0),
+            strategy: Some(strategy),
+            state: Some(EventState::Paused),
+            ..Default::default()
+        };
+        let (cfg, _) = self.queue.put_event(&id, &patch).await?;
+        Ok((id, cfg))
+    }
+
+    /// Fills one line, measures the strategies that apply, lets a share leave, measures again.
+    async fn measure_line(
+        &self,
+        w: usize,
+        n: u32,
+        arrivals: Arrivals,
+        args: &OrderingBenchArgs,
+    ) -> anyhow::Result<Vec<ErrorRow>> {
+        let first = if arrivals == Arrivals::Numbered {
+            StrategyKind::GlobalCounter
+        } else {
+            StrategyKind::Timestamp
+        };
+        let (id, cfg) = self.new_event(n, first).await?;
+        let mut people = generate(w, &cfg, arrivals);
+        self.fill(&cfg, &people).await?;
+        let strategies: &[StrategyKind] = if arrivals == Arrivals::Numbered {
+            &[StrategyKind::GlobalCounter]
+        } else {
+            &[StrategyKind::Timestamp, StrategyKind::Statistical]
+        };
+        let mut rows = Vec::new();
+        for (pass, left_share) in [0.0, args.leave_share].into_iter().enumerate() {
+            if pass == 1 {
+                self.leave_silently(&cfg, &mut people, left_share).await?;
+            }
+            self.publish(&id, &cfg, &people).await?;
+            let exact = exact_positions(&people);
+            for &strategy in strategies {
+                if strategy != self.queue.event_config(&id).await?.strategy {
+                    self.queue
+                        .put_event(
+                            &id,
+                            &EventPatch {
+                                strategy: Some(strategy),
+                                ..Default::default()
+                            },
+                        )
+                        .await?;
+                }
+                self.queue.events.forget(&id);
+                rows.push(
+                    self.sample(
+                        &self.queue,
+                        &id,
+                        &people,
+                        &exact,
+                        strategy,
+                        arrivals,
+                        left_share,
+                        args.samples,
+                    )
+                    .await?,
+                );
+            }
+        }
+        self.drop_event(&id, &cfg).await?;
+        Ok(rows)
+    }
+
+    async fn fill(&self, cfg: &EventConfig, people: &[Person]) -> anyhow::Result<()> {
+        let mut by_shard: Vec<Vec<(f64, String)>> = vec![Vec::new(); cfg.shards as usize];
+        for p in people {
+            by_shard[p.shard].push((p.score, p.member.clone()));
+        }
+        let batches: Vec<(String, Vec<(f64, String)>)> = by_shard
+            .into_iter()
+            .enumerate()
+            .flat_map(|(i, items)| {
+                let key = self.queue.shard_keys(cfg, i).waiting;
+                items
+                    .chunks(2000)
+                    .map(|c| (key.clone(), c.to_vec()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        stream::iter(batches)
+            .map(|(key, items)| {
+                let mut conn = self.queue.conn.clone();
+                async move { conn.zadd_multiple::<_, _, _, i64>(key, &items).await }
+            })
+            .buffer_unordered(16)
+            .try_collect::<Vec<_>>()
+            .await?;
+        Ok(())
+    }
+
+    /// Removes a random share of the line, as people who close the tab without leaving.
+    async fn leave_silently(
+        &self,
+        cfg: &EventConfig,
+        people: &mut Vec<Person>,
+        share: f64,
+    ) -> anyhow::Result<()> {
+        let mut rng = rand::rng();
+        people.shuffle(&mut rng);
+        let gone = ((people.len() as f64) * share).round() as usize;
+        let leavers: Vec<Person> = people.drain(..gone).collect();
+        for p in &leavers {
+            let _: i64 = self
+                .queue
+                .conn
+                .clone()
+                .zrem(self.queue.shard_keys(cfg, p.shard).waiting, &p.member)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Publishes what the admission leader would: the line's total, and the counter figures.
+    async fn publish(
+        &self,
+        id: &EventId,
+        cfg: &EventConfig,
+        people: &[Person],
+    ) -> anyhow::Result<()> {
+        let key = self.queue.keys.event_stats(id.as_str());
+        let mut pipe = redis::pipe();
+        pipe.hset(&key, "waiting", people.len());
+        if cfg.counter_start > 0 {
+            let first = people.iter().map(|p| p.score as u64).min().unwrap_or(0);
+            pipe.hset(&key, "gc_start", cfg.counter_start)
+                .hset(&key, "gc_carried", 0)
+                .hset(&key, "gc_first", first);
+        }
+        let () = pipe.query_async(&mut self.queue.conn.clone()).await?;
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn sample(
+        &self,
+        queue: &Queue,
+        id: &EventId,
+        people: &[Person],
+        exact: &HashMap<String, u64>,
+        strategy: StrategyKind,
+        arrivals: Arrivals,
+        left_share: f64,
+        samples: usize,
+    ) -> anyhow::Result<ErrorRow> {
+        let picks: Vec<&Person> = people.choose_multiple(&mut rand::rng(), samples).collect();
+        let before = self.command_calls().await?;
+        let shown: Vec<(u64, u64)> = stream::iter(picks)
+            .map(|p| async move {
+                let status = queue.poll(id, &p.ticket).await?;
+                anyhow::ensure!(
+                    status.strategy == Some(strategy),
+                    "poll used {:?}, not {strategy}",
+                    status.strategy
+                );
+                let pos = status.position.context("a waiting person has a position")?;
+                anyhow::Ok((pos, exact[&p.member]))
+            })
+            .buffer_unordered(32)
+            .try_collect()
+            .await?;
+        let after = self.command_calls().await?;
+        let commands: u64 = after
+            .iter()
+            .zip(&before)
+            .map(|(a, b)| a.total - b.total)
+            .sum();
+        let mut errors: Vec<u64> = shown.iter().map(|(s, e)| s.abs_diff(*e)).collect();
+        let mut relative: Vec<f64> = shown
+            .iter()
+            .map(|(s, e)| s.abs_diff(*e) as f64 / *e as f64)
+            .collect();
+        errors.sort_unstable();
+        relative.sort_by(f64::total_cmp);
+        Ok(ErrorRow {
+            waiting: people.len(),
+            shards: self.queue.event_config(id).await?.shards,
+            arrivals: arrivals.name(),
+            left_share,
+            strategy: strategy.to_string(),
+            samples: shown.len(),
+            median_error: percentile(&errors, 0.5),
+            p99_error: percentile(&errors, 0.99),
+            max_error: errors.last().copied().unwrap_or(0),
+            p99_relative_error: relative
+                .get(
+                    ((relative.len() as f64 * 0.99) as usize).min(relative.len().saturating_sub(1)),
+                )
+                .copied()
+                .unwrap_or(0.0),
+            commands_per_poll: commands as f64 / shown.len().max(1) as f64,
+        })
+    }
+
+    /// Enters `count` people through the service's enter path; counts commands per primary.
+    async fn measure_enters(
+        &self,
+        strategy: StrategyKind,
+        shards: u32,
+        count: usize,
+    ) -> anyhow::Result<EnterRow> {
+        let (id, cfg) = self.new_event(shards, strategy).await?;
+        self.queue
+            .put_event(
+                &id,
+                &EventPatch {
+                    state: Some(EventState::Open),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        if strategy == StrategyKind::GlobalCounter {
+            // What the admission leader publishes for an empty counted line: nobody carried, the
+            // first number to be handed out is the first waiting. (No scheduler runs here: its
+            // own commands would blur the count.)
+            let key = self.queue.keys.event_stats(id.as_str());
+            let () = redis::pipe()
+                .hset(&key, "gc_start", cfg.counter_start)
+                .hset(&key, "gc_carried", 0)
+                .hset(&key, "gc_first", cfg.counter_start)
+                .query_async(&mut self.queue.conn.clone())
+                .await?;
+        }
+        self.queue.events.forget(&id);
+        let before = self.command_calls().await?;
+        stream::iter(0..count)
+            .map(|i| {
+                let (q, id) = (&self.queue, &id);
+                async move {
+                    q.enter(id, &UserId::parse(&format!("u{i}"))?)
+                        .await
+                        .map_err(anyhow::Error::from)
+                }
+            })
+            .buffer_unordered(32)
+            .try_collect::<Vec<_>>()
+            .await?;
+        let after = self.command_calls().await?;
+        let per_primary: Vec<u64> = after
+            .iter()
+            .zip(&before)
+            .zip(&self.nodes)
+            .filter(|(_, n)| !n.replica)
+            .map(|((a, b), _)| a.total - b.total)
+            .collect();
+        let total: u64 = per_primary.iter().sum();
+        self.drop_event(&id, &cfg).await?;
+        Ok(EnterRow {
+            strategy: strategy.to_string(),
+            shards,
+            commands_per_enter: total as f64 / count as f64,
+            busiest_primary_share: per_primary.iter().copied().max().unwrap_or(0) as f64
+                / total.max(1) as f64,
+        })
+    }
+
+    /// Polls with reads sent to replicas; measures who served them, and replica staleness.
+    async fn measure_replicas(
+        &self,
+        w: usize,
+        n: u32,
+        args: &OrderingBenchArgs,
+    ) -> anyhow::Result<ReplicaRow> {
+        let rq = self
+            .replica_queue
+            .as_ref()
+            .context("replica reads need a cluster")?;
+        let (id, cfg) = self.new_event(n, StrategyKind::Timestamp).await?;
+        let people = generate(w, &cfg, Arrivals::Uniform);
+        self.fill(&cfg, &people).await?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let exact = exact_positions(&people);
+        let before = self.command_calls().await?;
+        self.sample(
+            rq,
+            &id,
+            &people,
+            &exact,
+            StrategyKind::Timestamp,
+            Arrivals::Uniform,
+            0.0,
+            args.samples,
+        )
+        .await?;
+        let after = self.command_calls().await?;
+        let delta = |replica: bool, f: fn(&Calls) -> u64| -> u64 {
+            after
+                .iter()
+                .zip(&before)
+                .zip(&self.nodes)
+                .filter(|(_, n)| n.replica == replica)
+                .map(|((a, b), _)| f(a) - f(b))
+                .sum()
+        };
+        let counts_on_replicas = delta(true, |c| c.zcount);
+        let counts_on_primaries = delta(false, |c| c.zcount);
+        let poll_on_primaries = delta(false, |c| c.total);
+        let poll_on_replicas = delta(true, |c| c.total);
+        self.drop_event(&id, &cfg).await?;
+
+        // Staleness: write on the primary, read through the replica connection until it shows.
+        let mut lags = Vec::new();
+        let key = format!("{}:staleness", self.queue.keys.event_stats("bench"));
+        for i in 0..300u64 {
+            let () = self.queue.conn.clone().set(&key, i).await?;
+            let t = Instant::now();
+            loop {
+                let seen: Option<u64> = rq.reads.clone().get(&key).await?;
+                if seen == Some(i) {
+                    break;
+                }
+                anyhow::ensure!(
+                    t.elapsed() < Duration::from_secs(5),
+                    "replica never caught up"
+                );
+            }
+            lags.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        let _: i64 = self.queue.conn.clone().del(&key).await?;
+        lags.sort_by(f64::total_cmp);
+        Ok(ReplicaRow {
+            waiting: w,
+            shards: n,
+            replica_share_of_counts: counts_on_replicas as f64
+                / (counts_on_replicas + counts_on_primaries).max(1) as f64,
+            primary_share_of_poll_commands: poll_on_primaries as f64
+                / (poll_on_primaries + poll_on_replicas).max(1) as f64,
+            staleness_median_ms: lags[lags.len() / 2],
+            staleness_p99_ms: lags[(lags.len() * 99) / 100],
+        })
+    }
+
+    async fn drop_event(&self, id: &EventId, cfg: &EventConfig) -> anyhow::Result<()> {
+        let mut conn = self.queue.conn.clone();
+        for i in 0..cfg.shards as usize {
+            let k = self.queue.shard_keys(cfg, i);
+            for key in [k.waiting, k.active, k.admitted, k.seen] {
+                let _: i64 = redis::cmd("UNLINK")
+                    .arg(&key)
+                    .query_async(&mut conn)
+                    .await?;
+            }
+        }
+        let k = &self.queue.keys;
+        for key in [
+            k.event_config(id.as_str()),
+            k.event_stats(id.as_str()),
+            k.counter(id.as_str()),
+            k.lease(id.as_str()),
+        ] {
+            let _: i64 = redis::cmd("UNLINK")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await?;
+        }
+        let _: i64 = conn.srem(k.registry(), id.as_str()).await?;
+        Ok(())
+    }
+
+    /// Per node: client commands processed (scripts count once; replication traffic excluded)
+    /// and ZCOUNT calls.
+    async fn command_calls(&self) -> anyhow::Result<Vec<Calls>> {
+        let mut out = Vec::new();
+        for node in &self.nodes {
+            let client = redis::Client::open(node.url.as_str())?;
+            let mut c = client.get_multiplexed_async_connection().await?;
+            let info: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .query_async(&mut c)
+                .await?;
+            out.push(parse_calls(&info));
+        }
+        Ok(out)
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Calls {
+    total: u64,
+    zcount: u64,
+}
+
+/// The commands a poll or an enter sends as round trips (EVALSHA and the plain reads); commands
+/// run inside scripts or replicated from a primary are not among them.
+const CLIENT_COMMANDS: [&str; 7] = [
+    "evalsha", "zcount", "hmget", "get", "incr", "zrange", "eval",
+];
+
+fn parse_calls(info: &str) -> Calls {
+    let mut calls = Calls::default();
+    for line in info.lines() {
+        let Some((name, rest)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
+        else {
+            continue;
+        };
+        let n: u64 = rest
+            .split(',')
+            .find_map(|f| f.strip_prefix("calls="))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        // Replicas apply replicated writes as ZADD/ZREM/..., never as these read commands, and
+        // commands inside scripts are counted under their own names: a script's ZCOUNT-free
+        // body (status.lua uses ZSCORE/ZRANK/ZCARD/ZADD) does not inflate these.
+        if CLIENT_COMMANDS.contains(&name) {
+            calls.total += n;
+        }
+        if name == "zcount" {
+            calls.zcount += n;
+        }
+    }
+    calls
+}
+
+fn percentile(sorted: &[u64], q: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
+}
+
+/// `w` people with random tickets. Uniform: one arrival every 100 µs. Bursty: arrival times
+/// bunched at the opening (time ∝ u³), so many share a microsecond. Numbered: counter numbers.
+fn generate(w: usize, cfg: &EventConfig, arrivals: Arrivals) -> Vec<Person> {
+    let t0 = crate::queue::now_us() as f64;
+    let span = w as f64 * 100.0;
+    (0..w)
+        .map(|i| {
+            let ticket = Ticket::from_uuid(uuid::Uuid::new_v4());
+            let u = i as f64 / w as f64;
+            let score = match arrivals {
+                Arrivals::Uniform => t0 + i as f64 * 100.0,
+                Arrivals::Bursty => t0 + (u * u * u * span).floor(),
+                Arrivals::Numbered => (cfg.counter_start + 1 + i as u64) as f64,
+            };
+            Person {
+                member: ticket.to_member(),
+                shard: Queue::shard_of(cfg, &ticket),
+                ticket,
+                score,
+            }
+        })
+        .collect()
+}
+
+/// Exact 1-based positions in the global order (score, shard, member).
+fn exact_positions(people: &[Person]) -> HashMap<String, u64> {
+    let mut keys: Vec<OrderKey> = people
+        .iter()
+        .map(|p| OrderKey {
+            score: p.score,
+            shard: p.shard,
+            member: p.member.clone(),
+        })
+        .collect();
+    keys.sort();
+    keys.into_iter()
+        .enumerate()
+        .map(|(i, k)| (k.member, i as u64 + 1))
+        .collect()
+}
+
+async fn nodes(conn: &RedisConn, cfg: &RedisConfig) -> anyhow::Result<Vec<Node>> {
+    if !conn.is_cluster() {
+        return Ok(vec![Node {
+            url: cfg.nodes[0].clone(),
+            replica: false,
+        }]);
+    }
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut conn.clone())
+        .await?;
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    for line in nodes.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 3 || f[2].contains("fail") {
+            continue;
+        }
+        let addr = f[1].split('@').next().unwrap_or_default().to_owned();
+        if seen.insert(addr.clone()) {
+            out.push(Node {
+                url: format!("redis://{addr}"),
+                replica: f[2].contains("slave"),
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn print_report(r: &Report) {
+    println!("\nPosition error (|shown - exact|, in places)\n");
+    println!("| waiting | shards | arrivals | left | strategy | median | p99 | max | p99 relative | commands/poll |");
+    println!("|---:|---:|---|---:|---|---:|---:|---:|---:|---:|");
+    for e in &r.errors {
+        println!(
+            "| {} | {} | {} | {:.0} % | {} | {} | {} | {} | {:.3} % | {:.2} |",
+            e.waiting,
+            e.shards,
+            e.arrivals,
+            e.left_share * 100.0,
+            e.strategy,
+            e.median_error,
+            e.p99_error,
+            e.max_error,
+            e.p99_relative_error * 100.0,
+            e.commands_per_poll
+        );
+    }
+    println!("\nEnter cost\n");
+    println!("| strategy | shards | commands/enter | busiest primary's share |");
+    println!("|---|---:|---:|---:|");
+    for e in &r.enters {
+        println!(
+            "| {} | {} | {:.2} | {:.0} % |",
+            e.strategy,
+            e.shards,
+            e.commands_per_enter,
+            e.busiest_primary_share * 100.0
+        );
+    }
+    if let Some(x) = &r.replica {
+        println!(
+            "\nReplica reads ({} waiting, {} shards, timestamp)\n",
+            x.waiting, x.shards
+        );
+        println!("| ZCOUNTs served by replicas | poll commands still on primaries | staleness median | staleness p99 |");
+        println!("|---:|---:|---:|---:|");
+        println!(
+            "| {:.0} % | {:.0} % | {:.2} ms | {:.2} ms |",
+            x.replica_share_of_counts * 100.0,
+            x.primary_share_of_poll_commands * 100.0,
+            x.staleness_median_ms,
+            x.staleness_p99_ms
+        );
+    }
+}
