@@ -343,14 +343,18 @@ impl EventAdmission {
             .filter_map(|s| s.5.parse::<f64>().ok())
             .reduce(f64::min);
         let key = self.queue.keys.event_stats(self.event.as_str());
+        // One HSET, so a poll never reads half of an update. Tagged with the range the figures
+        // describe: figures of an earlier range are never used. No first number: "".
+        let first = first.map(|f| (f as u64).to_string()).unwrap_or_default();
         let mut pipe = redis::pipe();
-        // Tagged with the range they describe: figures of an earlier range are never used.
-        pipe.hset(&key, "gc_start", cfg.counter_start)
-            .hset(&key, "gc_carried", carried);
-        match first {
-            Some(f) => pipe.hset(&key, "gc_first", f as u64),
-            None => pipe.hdel(&key, "gc_first"),
-        };
+        pipe.hset_multiple(
+            &key,
+            &[
+                ("gc_start", cfg.counter_start.to_string()),
+                ("gc_carried", carried.to_string()),
+                ("gc_first", first),
+            ],
+        );
         let () = pipe.query_async(&mut self.queue.conn.clone()).await?;
         Ok(())
     }

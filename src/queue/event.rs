@@ -17,6 +17,9 @@ use crate::ids::EventId;
 use crate::redis::keys::Keys;
 use crate::redis::RedisConn;
 
+/// After a failed refresh, how long requests queued behind it answer 503 without trying again.
+const FAILED_REFRESH_BACKOFF: Duration = Duration::from_millis(500);
+
 /// How long an instance may use a cached configuration.
 pub const CACHE_TTL: Duration = Duration::from_millis(500);
 
@@ -255,7 +258,9 @@ pub struct EventStore {
     cache: Mutex<HashMap<EventId, (Arc<Event>, Instant)>>,
     /// One refresh at a time per event: when an entry expires under load, one request reads
     /// Redis and the others wait for its answer instead of all reading at once.
-    refreshing: Mutex<HashMap<EventId, Arc<tokio::sync::Mutex<()>>>>,
+    /// The gate holds when the last refresh failed: requests that waited behind a failed one
+    /// answer at once instead of each trying Redis again in turn.
+    refreshing: Mutex<HashMap<EventId, Arc<tokio::sync::Mutex<Option<Instant>>>>>,
 }
 
 impl EventStore {
@@ -284,20 +289,28 @@ impl EventStore {
             .entry(event.clone())
             .or_default()
             .clone();
-        let _turn = gate.lock().await;
+        let mut last_failure = gate.lock().await;
         // Whoever held the gate before us may have refreshed the entry already.
         if let Some(ev) = self.fresh(event) {
             return Ok(ev);
         }
+        if last_failure.is_some_and(|t| t.elapsed() < FAILED_REFRESH_BACKOFF) {
+            return Err(QueueError::Redis(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "event configuration refresh failed moments ago",
+            ))));
+        }
         // Both keys carry the tag {event}: one slot, so one pipeline, one round trip.
-        let (raw, (rate, waiting, mode)): (Option<String>, LiveFigures) = redis::pipe()
+        let read: Result<(Option<String>, LiveFigures), _> = redis::pipe()
             .get(self.keys.event_config(event.as_str()))
             .hmget(
                 self.keys.event_stats(event.as_str()),
                 &["rate", "waiting", "hybrid_mode"],
             )
             .query_async(conn)
-            .await?;
+            .await;
+        *last_failure = read.is_err().then(Instant::now);
+        let (raw, (rate, waiting, mode)) = read?;
         let config = parse_config(event, raw)?.ok_or(QueueError::UnknownEvent)?;
         let ev = Arc::new(Event {
             id: event.clone(),

@@ -360,7 +360,7 @@ impl Queue {
         ev: &Event,
         score: f64,
     ) -> Result<Option<(u64, u64)>, QueueError> {
-        let (start, carried, first): (Option<u64>, Option<u64>, Option<u64>) = self
+        let figures: [Option<String>; 3] = self
             .reads
             .clone()
             .hmget(
@@ -368,6 +368,7 @@ impl Queue {
                 &["gc_start", "gc_carried", "gc_first"],
             )
             .await?;
+        let [start, carried, first] = figures.map(|f| f.and_then(|v| v.parse::<u64>().ok()));
         Ok(match (start, carried, first) {
             (Some(start), Some(carried), Some(first))
                 if start == ev.config.counter_start && first as f64 <= score =>
@@ -615,23 +616,29 @@ impl Queue {
     /// request works on a fresh key instead of failing forever. The bad value is kept under
     /// `<key>:wrongtype:<ms>` for an operator to look at.
     pub async fn repair(&self, event: &EventId, cfg: &EventConfig) -> Result<(), QueueError> {
-        let mut conn = self.conn.clone();
+        let mut expected: Vec<(String, &str)> = Vec::new();
         for i in 0..cfg.shards as usize {
             let k = self.shard_keys(cfg, i);
-            for (key, want) in [
-                (&k.waiting, "zset"),
-                (&k.active, "zset"),
-                (&k.admitted, "string"),
-                (&k.seen, "zset"),
-            ] {
-                let found: String = redis::cmd("TYPE").arg(key).query_async(&mut conn).await?;
-                if found != "none" && found != want {
-                    let aside = format!("{key}:wrongtype:{}", now_ms());
-                    tracing::error!(event = %event, key = %key, found = %found, want, aside = %aside,
-                        "queue key held the wrong type; moved aside");
-                    metrics::counter!(telemetry::WRONGTYPE_REPAIRS).increment(1);
-                    let () = conn.rename(key, &aside).await?;
-                }
+            expected.extend([
+                (k.waiting, "zset"),
+                (k.active, "zset"),
+                (k.admitted, "string"),
+                (k.seen, "zset"),
+            ]);
+        }
+        // The event's own counter and figures too. Its configuration is read as JSON and a bad
+        // one is reported as unreadable, not moved: it cannot be rebuilt from nothing.
+        expected.push((self.keys.counter(event.as_str()), "string"));
+        expected.push((self.keys.event_stats(event.as_str()), "hash"));
+        let mut conn = self.conn.clone();
+        for (key, want) in expected {
+            let found: String = redis::cmd("TYPE").arg(&key).query_async(&mut conn).await?;
+            if found != "none" && found != want {
+                let aside = format!("{key}:wrongtype:{}", now_ms());
+                tracing::error!(event = %event, key = %key, found = %found, want, aside = %aside,
+                    "queue key held the wrong type; moved aside");
+                metrics::counter!(telemetry::WRONGTYPE_REPAIRS).increment(1);
+                let () = conn.rename(&key, &aside).await?;
             }
         }
         Ok(())
