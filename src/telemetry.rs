@@ -22,8 +22,8 @@ pub const ABANDONED_TOTAL: &str = "waitroom_abandoned_total";
 pub const ADMISSION_ERRORS: &str = "waitroom_admission_errors_total";
 /// Requests answered 503 because Redis could not answer.
 pub const REDIS_UNAVAILABLE: &str = "waitroom_redis_unavailable_total";
-/// |estimate − exact| position of sampled waiting people, by `strategy` (sampled only for
-/// events whose positions can be estimated: `statistical` and `hybrid`).
+/// |shown − exact| position of sampled waiting people, by `strategy`: `statistical` (estimates)
+/// and `global_counter` (counted positions); `timestamp` is exact by construction.
 pub const POSITION_ERROR: &str = "waitroom_position_error";
 /// Redis commands one poll of a waiting person sent (round trips, counted where they are
 /// sent), by the `strategy` that computed the position.

@@ -27,7 +27,7 @@ use redis::AsyncCommands as _;
 use tokio_util::sync::CancellationToken;
 use waitroom_strategies::hybrid::{HybridInputs, HybridPolicy};
 use waitroom_strategies::merge::{group_by_shard, merge_heads, ShardHeads, ShardPick};
-use waitroom_strategies::{round_robin, statistical, timestamp, StrategyKind};
+use waitroom_strategies::{global_counter, round_robin, statistical, timestamp, StrategyKind};
 
 use super::event::{EventConfig, EventState};
 use super::{now_ms, Queue, QueueError};
@@ -88,6 +88,8 @@ struct EventAdmission {
     estimate_error: Option<f64>,
     /// What `hybrid` uses now.
     hybrid_mode: StrategyKind,
+    /// The `global_counter` figures this leader last published: (carried, first number waiting).
+    counter_figures: Option<(u64, u64)>,
 }
 
 /// People sampled per report to measure the position error of the estimate.
@@ -118,6 +120,7 @@ impl EventAdmission {
             shard_waiting: Vec::new(),
             estimate_error: None,
             hybrid_mode: StrategyKind::Timestamp,
+            counter_figures: None,
         }
     }
 
@@ -257,7 +260,7 @@ impl EventAdmission {
         let shards = try_join_all(reads).await?;
         let mut abandoned: u64 = shards.iter().map(|s| s.3).sum();
         if counting {
-            self.publish_counter_figures(cfg, &shards).await?;
+            self.counter_figures = self.publish_counter_figures(cfg, &shards).await?;
         }
         let active: u64 = shards.iter().map(|s| s.0).sum();
         let waiting: u64 = shards.iter().map(|s| s.1).sum();
@@ -336,27 +339,30 @@ impl EventAdmission {
         &self,
         cfg: &EventConfig,
         shards: &[HeadsReply],
-    ) -> Result<(), QueueError> {
+    ) -> Result<Option<(u64, u64)>, QueueError> {
         let carried: u64 = shards.iter().map(|s| s.4).sum();
         let first = shards
             .iter()
             .filter_map(|s| s.5.parse::<f64>().ok())
-            .reduce(f64::min);
+            .reduce(f64::min)
+            .map(|f| f as u64);
         let key = self.queue.keys.event_stats(self.event.as_str());
         // One HSET, so a poll never reads half of an update. Tagged with the range the figures
         // describe: figures of an earlier range are never used. No first number: "".
-        let first = first.map(|f| (f as u64).to_string()).unwrap_or_default();
-        let mut pipe = redis::pipe();
-        pipe.hset_multiple(
-            &key,
-            &[
-                ("gc_start", cfg.counter_start.to_string()),
-                ("gc_carried", carried.to_string()),
-                ("gc_first", first),
-            ],
-        );
-        let () = pipe.query_async(&mut self.queue.conn.clone()).await?;
-        Ok(())
+        let () = self
+            .queue
+            .conn
+            .clone()
+            .hset_multiple(
+                &key,
+                &[
+                    ("gc_start", cfg.counter_start.to_string()),
+                    ("gc_carried", carried.to_string()),
+                    ("gc_first", first.map(|f| f.to_string()).unwrap_or_default()),
+                ],
+            )
+            .await?;
+        Ok(first.map(|f| (carried, f)))
     }
 
     /// About once a second: publishes the measured admission rate (for everyone's ETA) and the
@@ -384,11 +390,8 @@ impl EventAdmission {
             .max(1.0);
         let rate = self.recent.iter().map(|(_, n)| *n).sum::<u64>() as f64 / span;
         let waiting: u64 = self.shard_waiting.iter().sum();
-        // Only estimates have an error to measure; exact strategies are exact by construction.
-        if matches!(
-            cfg.strategy,
-            StrategyKind::Statistical | StrategyKind::Hybrid
-        ) {
+        // Estimates and counted positions can be wrong; `timestamp` is exact by construction.
+        if cfg.strategy != StrategyKind::Timestamp {
             self.sample_error(cfg).await?;
         }
         let before = self.hybrid_mode;
@@ -475,6 +478,18 @@ impl EventAdmission {
             // The reference is read from the primaries: the exact position as of now.
             let ahead = q.ahead_in_other_shards(&q.conn, cfg, shard, score).await?;
             let exact = timestamp::position(rank, &ahead);
+            if cfg.strategy == StrategyKind::GlobalCounter {
+                // What a poll shows: the counted position, for numbered people, from the
+                // figures this leader published; silent leavers ahead make it differ.
+                if let (true, Some((carried, first))) =
+                    (score >= cfg.counter_start as f64, self.counter_figures)
+                {
+                    let shown = global_counter::position(carried, score as u64, first);
+                    metrics::histogram!(telemetry::POSITION_ERROR, "strategy" => "global_counter")
+                        .record(shown.abs_diff(exact) as f64);
+                }
+                continue;
+            }
             let estimate = statistical::position(rank, size, total);
             let error = estimate.abs_diff(exact);
             metrics::histogram!(telemetry::POSITION_ERROR, "strategy" => "statistical")

@@ -469,3 +469,66 @@ async fn the_ordering_bench_measures_exact_strategies_as_exact_and_counts_comman
     let replica = report.replica.expect("the stack is a cluster");
     assert!(replica.replica_share_of_counts > 0.99, "{replica:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn global_counter_counts_leavers_ahead_until_the_head_passes_and_the_sampler_reports_it() {
+    let app = Arc::new(spawn_app().await);
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"shards": 8, "admit_per_second": 0, "strategy": "global_counter"}),
+    )
+    .await;
+    let mut tickets = Vec::new();
+    for i in 0..100 {
+        tickets.push(
+            app.enter_ok(&ev, &format!("u{i}")).await["ticket"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    // Ten people from the middle of the line leave.
+    for t in &tickets[40..50] {
+        assert_eq!(app.leave(&ev, t).await.status(), StatusCode::NO_CONTENT);
+    }
+    // Once the admission leader has published the counter figures, counted positions are used.
+    eventually(
+        Duration::from_secs(10),
+        "counter figures published",
+        || async {
+            let stats: Option<String> = app
+                .redis
+                .clone()
+                .hget(app.keys.event_stats(&ev), "gc_first")
+                .await
+                .unwrap();
+            stats.filter(|f| !f.is_empty()).map(|_| ())
+        },
+    )
+    .await;
+    let exact = exact_positions(&app, &ev).await;
+    // Ahead of the leavers: exact. Behind them: one place too far back per leaver ahead.
+    assert_eq!(
+        app.poll_ok(&ev, &tickets[10]).await["position"]
+            .as_u64()
+            .unwrap(),
+        exact[&tickets[10]]
+    );
+    let last = app.poll_ok(&ev, &tickets[99]).await;
+    assert_eq!(last["strategy"], "global_counter");
+    assert_eq!(exact[&tickets[99]], 90);
+    assert_eq!(last["position"], 100);
+    // The leader's sampler compares counted positions with exact ones and exports the error.
+    let sum = eventually(Duration::from_secs(10), "counter error sampled", || async {
+        let text = app.metrics().await;
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(r#"waitroom_position_error_sum{strategy="global_counter"} "#)
+            })
+            .map(|v| v.trim().parse::<f64>().unwrap())
+            .filter(|s| *s > 0.0)
+    })
+    .await;
+    assert!(sum > 0.0);
+}
