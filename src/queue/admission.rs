@@ -404,6 +404,7 @@ impl EventAdmission {
             HybridInputs {
                 waiting,
                 relative_error: self.estimate_error,
+                exact_cost: cfg.shards,
             },
         );
         let ev = self.event.to_string();

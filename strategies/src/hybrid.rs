@@ -3,11 +3,17 @@
 //! error of the estimate is within the event's budget.
 //!
 //! Inputs are measured, not assumed: the admission leader samples waiting people, computes both
-//! the exact and the estimated position, and keeps a moving average of the relative error.
+//! the exact and the estimated position, and keeps a moving average of the relative error. The
+//! other side of the budget is cost: an exact poll costs one command per shard, an estimated one
+//! a single command, so estimating is worth its error only when exact polls cost more than
+//! [`MIN_EXACT_COST`] commands; with fewer shards the policy stays exact whatever the size.
 //! Hysteresis (enter below the budget, leave above 1.5 × budget or below 80 % of the size
 //! threshold) keeps the mode from flapping when a figure hovers at a threshold.
 
 use crate::StrategyKind;
+
+/// Exact polls cheaper than this many Redis commands are never traded for estimates.
+pub const MIN_EXACT_COST: u32 = 3;
 
 /// Thresholds from the event configuration.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -25,6 +31,8 @@ pub struct HybridInputs {
     pub waiting: u64,
     /// Moving average of |estimate − exact| / exact over sampled people; None before any sample.
     pub relative_error: Option<f64>,
+    /// Redis commands an exact poll costs (one per shard).
+    pub exact_cost: u32,
 }
 
 impl HybridPolicy {
@@ -34,6 +42,9 @@ impl HybridPolicy {
         let Some(err) = m.relative_error else {
             return StrategyKind::Timestamp;
         };
+        if m.exact_cost < MIN_EXACT_COST {
+            return StrategyKind::Timestamp;
+        }
         if estimated {
             let too_small = (m.waiting as f64) < self.min_waiting as f64 * 0.8;
             let too_wrong = err > self.max_relative_error * 1.5;
@@ -64,6 +75,7 @@ mod tests {
         HybridInputs {
             waiting,
             relative_error: Some(err),
+            exact_cost: 8,
         }
     }
 
@@ -75,7 +87,8 @@ mod tests {
                 Timestamp,
                 HybridInputs {
                     waiting: 1_000_000,
-                    relative_error: None
+                    relative_error: None,
+                    exact_cost: 8,
                 }
             ),
             Timestamp
@@ -86,6 +99,17 @@ mod tests {
     fn large_lines_with_a_good_estimate_are_estimated() {
         assert_eq!(P.decide(Timestamp, m(10_000, 0.01)), Statistical);
         assert_eq!(P.decide(Timestamp, m(50_000, 0.03)), Timestamp);
+    }
+
+    #[test]
+    fn cheap_exact_polls_are_never_traded_for_estimates() {
+        let two_shards = HybridInputs {
+            waiting: 1_000_000,
+            relative_error: Some(0.0),
+            exact_cost: 2,
+        };
+        assert_eq!(P.decide(Timestamp, two_shards), Timestamp);
+        assert_eq!(P.decide(Statistical, two_shards), Timestamp);
     }
 
     #[test]

@@ -53,6 +53,14 @@ async fn metrics_show_requests_by_route_and_queue_sizes() {
     let waiting = format!(r#"waitroom_queue_waiting{{event="{ev}"}} 2"#);
     let active = format!(r#"waitroom_queue_active{{event="{ev}"}} 1"#);
     assert!(text.contains(&waiting), "missing {waiting}");
+    // Admission's Redis cost: at least the lease, both shards' reads and one move so far.
+    let commands = format!(r#"waitroom_admission_redis_commands_total{{event="{ev}"}} "#);
+    let spent: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&commands))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or_else(|| panic!("missing {commands}"));
+    assert!(spent >= 4.0, "{spent}");
     assert!(text.contains(&active), "missing {active}");
 }
 
