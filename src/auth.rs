@@ -80,6 +80,18 @@ impl Signer {
         Ticket::from_uuid(Uuid::new_v8(bytes))
     }
 
+    /// The booking id of a hold: the same for every retry of the same confirmation, so a
+    /// repeated request can never create a second booking.
+    pub fn booking_id(&self, hold: &Uuid) -> Uuid {
+        let digest = self
+            .mac(b"waitroom-booking-v1", &[hold.as_bytes()])
+            .finalize()
+            .into_bytes();
+        let mut bytes = [0u8; 16];
+        bytes.copy_from_slice(&digest[..16]);
+        Uuid::new_v8(bytes)
+    }
+
     /// An access token for `claims`.
     pub fn sign(&self, claims: &AccessClaims) -> String {
         let body = B64.encode(serde_json::to_vec(claims).expect("claims serialize"));

@@ -30,6 +30,10 @@ pub struct Cli {
 pub enum Command {
     /// Serve the HTTP API and run the admission scheduler.
     Serve(Box<Config>),
+    /// Run only the ledger: consume bookings from Kafka into PostgreSQL.
+    Ledger(Box<Config>),
+    /// Compare Redis's sold seats with PostgreSQL's; `--repair` rewrites Redis from the ledger.
+    Reconcile(Box<ReconcileArgs>),
     /// Apply the database migrations and exit.
     Migrate(DbConfig),
     /// Measure each ordering strategy's position error and Redis cost (docs/ordering.md).
@@ -40,6 +44,16 @@ pub enum Command {
         #[arg(long, env = "WAITROOM_URL", default_value = "http://127.0.0.1:8080")]
         url: String,
     },
+}
+
+/// `waitroom reconcile`.
+#[derive(Debug, Clone, Args)]
+pub struct ReconcileArgs {
+    /// Rewrite Redis's seat states from PostgreSQL (the source of truth) where they differ.
+    #[arg(long)]
+    pub repair: bool,
+    #[command(flatten)]
+    pub config: Config,
 }
 
 /// Everything `serve` needs.
@@ -161,6 +175,30 @@ pub struct KafkaConfig {
         default_value = "127.0.0.1:9092"
     )]
     pub brokers: String,
+    /// Topic confirmed bookings are published to (created at start-up when missing).
+    #[arg(
+        long = "kafka-topic",
+        env = "WAITROOM_KAFKA_TOPIC",
+        default_value = "waitroom.bookings"
+    )]
+    pub topic: String,
+    /// Consumer group of the ledger (the consumer that writes bookings to PostgreSQL).
+    #[arg(
+        long = "kafka-group",
+        env = "WAITROOM_KAFKA_GROUP",
+        default_value = "waitroom-ledger"
+    )]
+    pub group: String,
+    /// Do not run the ledger consumer inside `serve` (run `waitroom ledger` separately).
+    #[arg(long, env = "WAITROOM_NO_LEDGER", default_value_t = false)]
+    pub no_ledger: bool,
+    /// How long to wait for Kafka to acknowledge a booking before answering 503, ms.
+    #[arg(
+        long = "kafka-ack-timeout-ms",
+        env = "WAITROOM_KAFKA_ACK_TIMEOUT_MS",
+        default_value_t = 5000
+    )]
+    pub ack_timeout_ms: u64,
 }
 
 /// Tokens.

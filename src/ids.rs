@@ -57,6 +57,60 @@ impl fmt::Display for EventId {
     }
 }
 
+/// A show id (same form as an event id).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ShowId(String);
+
+impl ShowId {
+    /// Checks the form.
+    pub fn parse(s: &str) -> Result<Self, BadId> {
+        is_slug(s)
+            .then(|| ShowId(s.to_owned()))
+            .ok_or_else(|| bad("show id", s))
+    }
+
+    /// The id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ShowId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A seat id: `^[A-Za-z0-9-]{1,16}$`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SeatId(String);
+
+impl SeatId {
+    /// Checks the form.
+    pub fn parse(s: &str) -> Result<Self, BadId> {
+        let ok = !s.is_empty()
+            && s.len() <= 16
+            && s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-');
+        ok.then(|| SeatId(s.to_owned()))
+            .ok_or_else(|| bad("seat id", s))
+    }
+
+    /// The id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The id, owned.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+/// Parses a server-issued UUID (hold or booking id).
+pub fn parse_uuid(what: &'static str, s: &str) -> Result<Uuid, BadId> {
+    Uuid::parse_str(s).map_err(|_| bad(what, s))
+}
+
 /// A user id as the client names it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct UserId(String);
@@ -131,6 +185,15 @@ mod tests {
         assert!(UserId::parse(&"u".repeat(128)).is_ok());
         for bad in ["", "a b", "a/b", "ü", &"u".repeat(129)] {
             assert!(UserId::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn seat_ids_follow_the_contract() {
+        assert!(SeatId::parse("A-12").is_ok());
+        assert!(SeatId::parse(&"9".repeat(16)).is_ok());
+        for bad in ["", "A_1", "A 1", &"9".repeat(17)] {
+            assert!(SeatId::parse(bad).is_err(), "{bad:?} accepted");
         }
     }
 

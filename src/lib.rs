@@ -16,10 +16,12 @@
 
 pub mod auth;
 pub mod bench;
+pub mod booking;
 pub mod config;
 pub mod http;
 pub mod ids;
 pub mod queue;
 pub mod redis;
+pub mod seats;
 pub mod startup;
 pub mod telemetry;

@@ -4,8 +4,9 @@
 
 use anyhow::Context as _;
 use clap::Parser as _;
+use waitroom::booking::consumer;
 use waitroom::config::{Cli, Command};
-use waitroom::startup::{shutdown_on_signals, Application};
+use waitroom::startup::{connect_sales, shutdown_on_signals, Application};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -34,6 +35,31 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Healthcheck { url } => healthcheck(&url).await,
+        Command::Ledger(config) => {
+            let (_, secret) = config.secrets()?;
+            let sales = connect_sales(&config, &secret).await?;
+            consumer::run(
+                config.kafka.clone(),
+                sales.db.clone(),
+                sales,
+                shutdown_on_signals(),
+            )
+            .await
+        }
+        Command::Reconcile(args) => {
+            let (_, secret) = args.config.secrets()?;
+            let sales = connect_sales(&args.config, &secret).await?;
+            let drift = sales.reconcile(args.repair).await?;
+            for d in &drift {
+                println!("{}", serde_json::to_string(d)?);
+            }
+            let verb = if args.repair { "repaired" } else { "found" };
+            eprintln!(
+                "{} seats drifting between Redis and PostgreSQL ({verb})",
+                drift.len()
+            );
+            Ok(())
+        }
         Command::OrderingBench(args) => waitroom::bench::ordering::run(args).await.map(|_| ()),
     }
 }

@@ -14,11 +14,14 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::Signer;
+use crate::booking::consumer;
+use crate::booking::producer::{ensure_topic, BookingProducer};
 use crate::config::Config;
 use crate::http::ops::Readiness;
 use crate::http::{self, AppState};
 use crate::queue::{admission, Queue};
 use crate::redis::{self as wredis, keys::Keys};
+use crate::seats::Sales;
 
 /// A built, not yet running, service.
 pub struct Application {
@@ -37,29 +40,8 @@ impl Application {
             tracing::warn!(admin_token = %admin_token, "no WAITROOM_ADMIN_TOKEN set: using the development admin token");
         }
         crate::telemetry::metrics_handle();
-        let conn = wredis::connect(&config.redis).await?;
-        let reads = wredis::connect_reads(&config.redis, &conn).await?;
-        tracing::info!(
-            cluster = conn.is_cluster(),
-            replica_reads = config.redis.read_from_replicas,
-            "connected to Redis"
-        );
-        let queue = Arc::new(Queue::new(
-            conn,
-            reads,
-            Keys::new(config.redis.key_prefix.clone()),
-            Signer::new(&token_secret),
-        ));
-        queue
-            .scripts
-            .preload(&mut queue.conn.clone())
-            .await
-            .context("loading the Lua scripts")?;
-        let db = PgPoolOptions::new()
-            .max_connections(8)
-            .acquire_timeout(Duration::from_secs(2))
-            .connect_lazy(config.db.url.expose())
-            .context("parsing WAITROOM_DATABASE_URL")?;
+        let sales = connect_sales(&config, &token_secret).await?;
+        let (queue, db) = (sales.queue.clone(), sales.db.clone());
         let kafka: BaseProducer = ClientConfig::new()
             .set("bootstrap.servers", &config.kafka.brokers)
             .set("socket.timeout.ms", "2000")
@@ -74,6 +56,7 @@ impl Application {
             .unwrap_or_else(|| format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()));
         let state = AppState {
             queue,
+            sales,
             admin_token: admin_token.into(),
             limiter: AppState::client_limiter(
                 config.http.client_rate_per_second,
@@ -114,6 +97,7 @@ impl Application {
         let scheduler = (!self.config.admission.no_admission).then(|| {
             tokio::spawn(admission::run(
                 self.state.queue.clone(),
+                Some(self.state.sales.clone()),
                 self.config.admission.clone(),
                 self.instance.clone(),
                 shutdown.clone(),
@@ -130,6 +114,19 @@ impl Application {
                 }
             });
         }
+        let ledger = (!self.config.kafka.no_ledger).then(|| {
+            let (cfg, db, sales, token) = (
+                self.config.kafka.clone(),
+                self.state.readiness.db.clone(),
+                self.state.sales.clone(),
+                shutdown.clone(),
+            );
+            tokio::spawn(async move {
+                if let Err(e) = consumer::run(cfg, db, sales, token).await {
+                    tracing::error!(error = ?e, "ledger consumer stopped");
+                }
+            })
+        });
         tokio::spawn(migrate_when_reachable(
             self.state.readiness.db.clone(),
             shutdown.clone(),
@@ -144,12 +141,67 @@ impl Application {
         if let Some(s) = scheduler {
             let _ = s.await;
         }
+        if let Some(l) = ledger {
+            let _ = l.await;
+        }
         match tokio::time::timeout(drain, served).await {
             Ok(joined) => joined.context("HTTP server task")?.context("HTTP server")?,
             Err(_) => tracing::warn!("requests still in flight after the drain timeout; exiting"),
         }
         Ok(())
     }
+}
+
+/// Connects everything the sale needs — Redis (scripts loaded), PostgreSQL (migrated when it
+/// answers), Kafka (topic created when it answers) — for `serve`, `ledger` and `reconcile`.
+pub async fn connect_sales(config: &Config, token_secret: &str) -> anyhow::Result<Arc<Sales>> {
+    let conn = wredis::connect(&config.redis).await?;
+    let reads = wredis::connect_reads(&config.redis, &conn).await?;
+    tracing::info!(
+        cluster = conn.is_cluster(),
+        replica_reads = config.redis.read_from_replicas,
+        "connected to Redis"
+    );
+    let queue = Arc::new(Queue::new(
+        conn,
+        reads,
+        Keys::new(config.redis.key_prefix.clone()),
+        Signer::new(token_secret),
+    ));
+    queue
+        .scripts
+        .preload(&mut queue.conn.clone())
+        .await
+        .context("loading the Lua scripts")?;
+    let db = PgPoolOptions::new()
+        .max_connections(8)
+        .acquire_timeout(Duration::from_secs(2))
+        .connect_lazy(config.db.url.expose())
+        .context("parsing WAITROOM_DATABASE_URL")?;
+    // Tables first when PostgreSQL answers now; otherwise the service starts anyway and a
+    // background task applies them once it does.
+    let migrated = tokio::time::timeout(
+        Duration::from_secs(10),
+        sqlx::migrate!("./migrations").run(&db),
+    )
+    .await;
+    if !matches!(migrated, Ok(Ok(()))) {
+        tracing::warn!("database migrations not applied at start-up; retrying in the background");
+    }
+    match tokio::time::timeout(Duration::from_secs(10), ensure_topic(&config.kafka)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "bookings topic not created; bookings will answer 503 until Kafka works")
+        }
+        Err(_) => tracing::warn!(
+            "Kafka did not answer at start-up; bookings will answer 503 until it does"
+        ),
+    }
+    Ok(Arc::new(Sales {
+        queue,
+        db,
+        producer: BookingProducer::new(&config.kafka)?,
+    }))
 }
 
 /// Applies the migrations once PostgreSQL answers. The waiting line does not need the database,

@@ -35,6 +35,16 @@ pub const ADMISSION_COMMANDS: &str = "waitroom_admission_redis_commands_total";
 pub const HYBRID_ESTIMATED: &str = "waitroom_hybrid_estimated";
 /// `hybrid` mode changes, by `event` and `to`.
 pub const HYBRID_SWITCHES: &str = "waitroom_hybrid_switches_total";
+/// Holds made, by `result` (`held`, `conflict`, `sold_out`).
+pub const HOLDS: &str = "waitroom_holds_total";
+/// Bookings answered by the API, by `status` (`pending`, `replayed`, `unavailable`, `expired`).
+pub const BOOKINGS_API: &str = "waitroom_bookings_total";
+/// Bookings decided by the ledger, by `status` (`confirmed`, `rejected`, `duplicate`).
+pub const BOOKINGS_LEDGER: &str = "waitroom_ledger_bookings_total";
+/// Seats (or places) sold per ledger batch.
+pub const LEDGER_BATCH_SEATS: &str = "waitroom_ledger_batch_seats";
+/// Time for Kafka to acknowledge a booking, seconds.
+pub const KAFKA_PRODUCE_LATENCY: &str = "waitroom_kafka_produce_seconds";
 /// Keys found holding the wrong type and moved aside.
 pub const WRONGTYPE_REPAIRS: &str = "waitroom_wrongtype_repairs_total";
 

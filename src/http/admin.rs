@@ -11,14 +11,16 @@ use waitroom_strategies::StrategyKind;
 
 use super::{ApiError, ApiJson, AppState};
 use crate::auth::constant_time_eq;
-use crate::ids::EventId;
+use crate::ids::{EventId, ShowId};
 use crate::queue::event::EventPatch;
+use crate::seats::ShowSpec;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/admin/v1/events/{event}", put(put_event).get(get_event))
         .route("/admin/v1/events/{event}/strategy", put(put_strategy))
+        .route("/admin/v1/shows/{show}", put(put_show))
 }
 
 /// Proof that the request carried the admin token.
@@ -102,5 +104,25 @@ async fn put_strategy(
     let (config, _) = state.queue.put_event(&event, &patch).await?;
     Ok(Json(
         json!({"event": event.as_str(), "strategy": config.strategy}),
+    ))
+}
+
+#[tracing::instrument(skip_all, fields(show = %show))]
+async fn put_show(
+    _: Admin,
+    State(state): State<AppState>,
+    Path(show): Path<String>,
+    ApiJson(spec): ApiJson<ShowSpec>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let show = ShowId::parse(&show)?;
+    let (out, created) = state.sales.put_show(&show, &spec).await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((
+        status,
+        Json(serde_json::to_value(out).expect("show serializes")),
     ))
 }

@@ -11,6 +11,7 @@ use serde_json::json;
 
 use crate::ids::BadId;
 use crate::queue::QueueError;
+use crate::seats::SeatError;
 use crate::telemetry;
 
 /// Seconds a client should wait before retrying after a 503.
@@ -40,6 +41,15 @@ pub enum ApiError {
     /// 409 `conflict`.
     #[error("{0}")]
     Conflict(String),
+    /// 409 `seat_unavailable`, naming the seats that were taken.
+    #[error("some seats are no longer available; nothing was held")]
+    SeatUnavailable(Vec<String>),
+    /// 409 `sold_out`.
+    #[error("not enough places are left")]
+    SoldOut,
+    /// 409 `hold_expired`.
+    #[error("the hold has expired or was released")]
+    HoldExpired,
     /// 413 `payload_too_large`.
     #[error("the request body is over 64 KiB")]
     PayloadTooLarge,
@@ -59,7 +69,11 @@ impl ApiError {
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::EventClosed(_) | ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::EventClosed(_)
+            | ApiError::Conflict(_)
+            | ApiError::SeatUnavailable(_)
+            | ApiError::SoldOut
+            | ApiError::HoldExpired => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -75,6 +89,9 @@ impl ApiError {
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::EventClosed(_) => "event_closed",
             ApiError::Conflict(_) => "conflict",
+            ApiError::SeatUnavailable(_) => "seat_unavailable",
+            ApiError::SoldOut => "sold_out",
+            ApiError::HoldExpired => "hold_expired",
             ApiError::PayloadTooLarge => "payload_too_large",
             ApiError::RateLimited(_) => "rate_limited",
             ApiError::Unavailable(_) => "unavailable",
@@ -84,7 +101,11 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Json(json!({"error": self.code(), "message": self.to_string()}));
+        let mut body = json!({"error": self.code(), "message": self.to_string()});
+        if let ApiError::SeatUnavailable(seats) = &self {
+            body["seats"] = json!(seats);
+        }
+        let body = Json(body);
         let retry_after = match &self {
             ApiError::RateLimited(s) => Some(*s),
             ApiError::Unavailable(_) => Some(RETRY_AFTER_UNAVAILABLE),
@@ -121,6 +142,36 @@ impl From<QueueError> for ApiError {
                 tracing::error!(error = ?e, "redis unavailable");
                 ApiError::Unavailable(
                     "the waiting line cannot be reached right now; try again shortly",
+                )
+            }
+        }
+    }
+}
+
+impl From<SeatError> for ApiError {
+    fn from(e: SeatError) -> Self {
+        match e {
+            SeatError::UnknownShow => ApiError::NotFound("no such show".into()),
+            SeatError::UnknownHold => ApiError::NotFound("no such hold".into()),
+            SeatError::UnknownBooking => ApiError::NotFound("no such booking".into()),
+            SeatError::Invalid(m) => ApiError::BadRequest(m),
+            SeatError::Taken(seats) => ApiError::SeatUnavailable(seats),
+            SeatError::SoldOut => ApiError::SoldOut,
+            SeatError::HoldExpired => ApiError::HoldExpired,
+            SeatError::Conflict(m) => ApiError::Conflict(m),
+            SeatError::Unauthorized(m) => ApiError::Unauthorized(m),
+            SeatError::Forbidden(m) => ApiError::Forbidden(m),
+            SeatError::Queue(e) => e.into(),
+            SeatError::Db(e) => {
+                tracing::error!(error = ?e, "postgres unavailable");
+                ApiError::Unavailable(
+                    "the booking ledger cannot be reached right now; try again shortly",
+                )
+            }
+            SeatError::Kafka(e) => {
+                tracing::error!(error = %e, "kafka did not take a booking; undone");
+                ApiError::Unavailable(
+                    "the booking could not be made durable; nothing was sold; try again",
                 )
             }
         }

@@ -7,6 +7,7 @@ pub mod admin;
 pub mod error;
 pub mod ops;
 pub mod queue;
+pub mod seats;
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::queue::Queue;
+use crate::seats::Sales;
 use crate::telemetry;
 pub use error::ApiError;
 use ops::Readiness;
@@ -33,6 +35,8 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub struct AppState {
     /// The waiting room.
     pub queue: Arc<Queue>,
+    /// Seats, holds and bookings.
+    pub sales: Arc<Sales>,
     /// Bearer token for /admin.
     pub admin_token: Arc<str>,
     /// Per-client request limiter (None when turned off).
@@ -79,6 +83,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(queue::router())
         .merge(admin::router())
+        .merge(seats::router())
         .merge(ops::router())
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })

@@ -33,11 +33,13 @@ use super::event::{EventConfig, EventState};
 use super::{now_ms, Queue, QueueError};
 use crate::config::AdmissionConfig;
 use crate::ids::EventId;
+use crate::seats::Sales;
 use crate::telemetry;
 
 /// Runs admission for every registered event until `shutdown` is cancelled.
 pub async fn run(
     queue: Arc<Queue>,
+    sales: Option<Arc<Sales>>,
     cfg: AdmissionConfig,
     instance: String,
     shutdown: CancellationToken,
@@ -51,6 +53,7 @@ pub async fn run(
                     tasks.entry(event.clone()).or_insert_with(|| {
                         let task = EventAdmission::new(
                             queue.clone(),
+                            sales.clone(),
                             cfg.clone(),
                             instance.clone(),
                             event,
@@ -73,6 +76,10 @@ pub async fn run(
 
 struct EventAdmission {
     queue: Arc<Queue>,
+    /// Seats, when this process sells them: the leader lapses holds and tracks sold-out.
+    sales: Option<Arc<Sales>>,
+    /// The event's sold-out flag as last seen.
+    sold_out: bool,
     cfg: AdmissionConfig,
     instance: String,
     event: EventId,
@@ -103,9 +110,17 @@ type HeadsReply = (u64, u64, Vec<(String, f64)>, u64, u64, String);
 const RATE_WINDOW: Duration = Duration::from_secs(10);
 
 impl EventAdmission {
-    fn new(queue: Arc<Queue>, cfg: AdmissionConfig, instance: String, event: EventId) -> Self {
+    fn new(
+        queue: Arc<Queue>,
+        sales: Option<Arc<Sales>>,
+        cfg: AdmissionConfig,
+        instance: String,
+        event: EventId,
+    ) -> Self {
         EventAdmission {
             queue,
+            sales,
+            sold_out: false,
             cfg,
             instance,
             event,
@@ -138,7 +153,10 @@ impl EventAdmission {
                 .get(&mut self.queue.conn.clone(), &self.event)
                 .await
             {
-                Ok(ev) => ev.config.clone(),
+                Ok(ev) => {
+                    self.sold_out = ev.sold_out;
+                    ev.config.clone()
+                }
                 Err(QueueError::UnknownEvent) => break,
                 Err(e) => {
                     tracing::warn!(event = %self.event, error = %e, "admission: cannot read the event");
@@ -221,7 +239,12 @@ impl EventAdmission {
         self.last_refill = Some(now);
         let cap = cfg.admit_per_second * tick.as_secs_f64() + 1.0;
         self.tokens = (self.tokens + cfg.admit_per_second * dt.as_secs_f64()).min(cap);
-        let budget = self.tokens.floor() as usize;
+        // A sold-out line admits nobody: there is nothing left to buy.
+        let budget = if self.sold_out {
+            0
+        } else {
+            self.tokens.floor() as usize
+        };
 
         let q = &self.queue;
         let now_ms = now_ms();
@@ -393,6 +416,15 @@ impl EventAdmission {
         // Estimates and counted positions can be wrong; `timestamp` is exact by construction.
         if cfg.strategy != StrategyKind::Timestamp {
             self.sample_error(cfg).await?;
+        }
+        // Lapse the shows' expired holds and keep the sold-out flag true (seats come back).
+        if let Some(sales) = &self.sales {
+            match sales.sweep_event(&self.event).await {
+                Ok(sold_out) => self.sold_out = sold_out,
+                Err(e) => {
+                    tracing::warn!(event = %self.event, error = %e, "admission: show sweep failed")
+                }
+            }
         }
         let before = self.hybrid_mode;
         self.hybrid_mode = HybridPolicy {

@@ -220,6 +220,8 @@ pub struct Event {
     pub waiting_total: Option<u64>,
     /// The strategy `hybrid` uses now, as the leader last decided.
     pub hybrid_mode: Option<StrategyKind>,
+    /// Every show of the event has nothing left: the line has stopped.
+    pub sold_out: bool,
 }
 
 #[cfg(test)]
@@ -250,7 +252,7 @@ impl Event {
 }
 
 /// The leader's published figures: measured rate, waiting total, hybrid mode.
-type LiveFigures = (Option<f64>, Option<u64>, Option<String>);
+type LiveFigures = (Option<f64>, Option<u64>, Option<String>, Option<String>);
 
 /// Reads and caches event configurations.
 pub struct EventStore {
@@ -305,12 +307,12 @@ impl EventStore {
             .get(self.keys.event_config(event.as_str()))
             .hmget(
                 self.keys.event_stats(event.as_str()),
-                &["rate", "waiting", "hybrid_mode"],
+                &["rate", "waiting", "hybrid_mode", "sold_out"],
             )
             .query_async(conn)
             .await;
         *last_failure = read.is_err().then(Instant::now);
-        let (raw, (rate, waiting, mode)) = read?;
+        let (raw, (rate, waiting, mode, sold_out)) = read?;
         let config = parse_config(event, raw)?.ok_or(QueueError::UnknownEvent)?;
         let ev = Arc::new(Event {
             id: event.clone(),
@@ -318,6 +320,7 @@ impl EventStore {
             measured_rate: rate,
             waiting_total: waiting,
             hybrid_mode: mode.and_then(|m| m.parse().ok()),
+            sold_out: sold_out.as_deref() == Some("1"),
         });
         self.cache
             .lock()

@@ -176,6 +176,10 @@ impl Queue {
             EventState::Closed => return Err(QueueError::EventClosed("closed")),
         }
         let ticket = self.signer.ticket(event, user);
+        if ev.sold_out {
+            // The line has stopped: say so at once instead of queueing people for nothing.
+            return Ok(self.view(event, &ev, ticket, Standing::SoldOut));
+        }
         let arrival = self.clock.next();
         let standing = match ev.config.order_source(arrival) {
             StrategyKind::GlobalCounter => {
@@ -208,6 +212,9 @@ impl Queue {
         {
             metrics::histogram!(telemetry::COMMANDS_PER_POLL, "strategy" => strategy.as_str())
                 .record(f64::from(1 + reads));
+            if ev.sold_out {
+                return Ok(self.view(event, &ev, *ticket, Standing::SoldOut));
+            }
         }
         Ok(self.view(event, &ev, *ticket, standing))
     }
@@ -401,6 +408,27 @@ impl Queue {
         Ok(try_join_all(counts).await?)
     }
 
+    /// True while `ticket` holds a live active session in `event`.
+    pub async fn is_active(&self, event: &EventId, ticket: &Ticket) -> Result<bool, QueueError> {
+        let ev = self.events.get(&mut self.conn.clone(), event).await?;
+        match self
+            .repairing(event, &ev.config, || self.locate(&ev, ticket, None))
+            .await
+        {
+            Ok(Standing::Admitted { .. }) => Ok(true),
+            Ok(_) | Err(QueueError::UnknownTicket) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Ends `ticket`'s active session (after a purchase), freeing the slot for the next person.
+    pub async fn end_session(&self, event: &EventId, ticket: &Ticket) -> Result<(), QueueError> {
+        match self.leave(event, ticket).await {
+            Ok(()) | Err(QueueError::UnknownTicket) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Takes `ticket` out of the line or ends its active session.
     #[tracing::instrument(skip_all, fields(event = %event))]
     pub async fn leave(&self, event: &EventId, ticket: &Ticket) -> Result<(), QueueError> {
@@ -457,6 +485,11 @@ impl Queue {
                 status.position = Some(position);
                 status.eta_seconds = advice.eta_seconds;
                 status.next_poll_ms = advice.next_poll_ms;
+            }
+            Standing::SoldOut => {
+                status.status = "sold_out";
+                // Seats can come back (a lapsed hold, a rejected booking): check now and then.
+                status.next_poll_ms = POLL_MAX_MS;
             }
             Standing::Admitted { admitted_at_ms } => {
                 let exp = (admitted_at_ms / 1000) + cfg.active_ttl_seconds;
@@ -657,6 +690,8 @@ enum Standing {
     Admitted {
         admitted_at_ms: u64,
     },
+    /// Every show of the event is sold out (the line has stopped).
+    SoldOut,
 }
 
 /// Advice to a waiting client.

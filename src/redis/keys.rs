@@ -13,6 +13,15 @@
 //! | `<p>:<tag>:n` | string | a shard's admitted-total counter |
 //! | `<p>:<tag>:s` | zset | a shard's last-seen times: ticket → last enter or poll (ms) |
 //! | `<p>:{<event>}:seq` | string | the `global_counter` arrival counter (one hot key per event) |
+//! | `<p>:{<event>}:shows` | set | ids of the event's shows (for sold-out) |
+//! | `<p>:show:{<show>}:info` | hash | event, kind (`seated`/`ga`), total, available, sold |
+//! | `<p>:show:{<show>}:seats` | hash | seat → `''` available, `h:<hold>`, `s:<booking>` |
+//! | `<p>:show:{<show>}:order` | list | seat ids in display order |
+//! | `<p>:show:{<show>}:holds` | zset | live (unbooked) hold → expiry (ms) |
+//! | `<p>:show:{<show>}:holdrec` | hash | hold → JSON {ticket, seats or quantity, expires, booking} |
+//! | `<p>:booking:{<booking>}` | string | a booking accepted but maybe not yet in PostgreSQL (JSON) |
+//!
+//! A show's keys share the tag `{<show>}`: one hold or booking script touches one slot.
 //!
 //! `<tag>` is the shard's hash tag `{<event>:<shard>}`, or `{<event>:<shard>.<salt>}` when a
 //! salt was needed to place the shard on the primary chosen for it (see [`choose_tags`]). All
@@ -37,6 +46,28 @@ pub fn slot(key: &str) -> u16 {
 #[derive(Debug, Clone)]
 pub struct Keys {
     prefix: String,
+}
+
+/// The keys of one show (all in one slot), in the order every show script takes them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShowKeys {
+    /// Counters and kind (hash).
+    pub info: String,
+    /// Seat states (hash).
+    pub seats: String,
+    /// Live holds by expiry (zset).
+    pub holds: String,
+    /// Hold records (hash).
+    pub holdrec: String,
+    /// Seat display order (list).
+    pub order: String,
+}
+
+impl ShowKeys {
+    /// The four keys every show script receives first (see lua/show_lib.lua).
+    pub fn core(&self) -> [&str; 4] {
+        [&self.info, &self.seats, &self.holds, &self.holdrec]
+    }
 }
 
 /// The keys of one shard (all in one slot).
@@ -83,6 +114,28 @@ impl Keys {
     /// An event's `global_counter` arrival counter.
     pub fn counter(&self, event: &str) -> String {
         format!("{}:{{{event}}}:seq", self.prefix)
+    }
+
+    /// The ids of an event's shows.
+    pub fn event_shows(&self, event: &str) -> String {
+        format!("{}:{{{event}}}:shows", self.prefix)
+    }
+
+    /// The keys of a show.
+    pub fn show(&self, show: &str) -> ShowKeys {
+        let p = &self.prefix;
+        ShowKeys {
+            info: format!("{p}:show:{{{show}}}:info"),
+            seats: format!("{p}:show:{{{show}}}:seats"),
+            holds: format!("{p}:show:{{{show}}}:holds"),
+            holdrec: format!("{p}:show:{{{show}}}:holdrec"),
+            order: format!("{p}:show:{{{show}}}:order"),
+        }
+    }
+
+    /// A booking's pending record.
+    pub fn booking(&self, booking: &str) -> String {
+        format!("{}:booking:{{{booking}}}", self.prefix)
     }
 
     /// The keys of the shard with hash tag `tag` (as returned by [`shard_tag`]).
@@ -161,6 +214,10 @@ mod tests {
             slot(&keys.event_stats("ev"))
         );
         assert_eq!(slot(&keys.event_config("ev")), slot(&keys.counter("ev")));
+        let show = keys.show("s1");
+        for k in [&show.seats, &show.holds, &show.holdrec, &show.order] {
+            assert_eq!(slot(&show.info), slot(k));
+        }
     }
 
     #[test]

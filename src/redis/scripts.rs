@@ -21,7 +21,23 @@ pub struct Scripts {
     pub lease: Script,
     /// See `lua/next_number.lua`.
     pub next_number: Script,
-    /// See `lua/release.lua`.
+    /// See `lua/show_setup.lua`.
+    pub show_setup: Script,
+    /// See `lua/show_view.lua`.
+    pub show_view: Script,
+    /// See `lua/show_sweep.lua`.
+    pub show_sweep: Script,
+    /// See `lua/hold.lua`.
+    pub hold: Script,
+    /// See `lua/release_hold.lua`.
+    pub release_hold: Script,
+    /// See `lua/book.lua`.
+    pub book: Script,
+    /// See `lua/unbook.lua`.
+    pub unbook: Script,
+    /// See `lua/settle.lua`.
+    pub settle: Script,
+    /// See `lua/lease_release.lua`.
     pub release: Script,
 }
 
@@ -36,7 +52,15 @@ impl Scripts {
             admit: Script::new(include_str!("../../lua/admit.lua")),
             lease: Script::new(include_str!("../../lua/lease.lua")),
             next_number: Script::new(include_str!("../../lua/next_number.lua")),
-            release: Script::new(include_str!("../../lua/release.lua")),
+            show_setup: Script::new(include_str!("../../lua/show_setup.lua")),
+            show_view: show_script(include_str!("../../lua/show_view.lua")),
+            show_sweep: show_script(include_str!("../../lua/show_sweep.lua")),
+            hold: show_script(include_str!("../../lua/hold.lua")),
+            release_hold: show_script(include_str!("../../lua/release_hold.lua")),
+            book: show_script(include_str!("../../lua/book.lua")),
+            unbook: Script::new(include_str!("../../lua/unbook.lua")),
+            settle: show_script(include_str!("../../lua/settle.lua")),
+            release: Script::new(include_str!("../../lua/lease_release.lua")),
         }
     }
 }
@@ -53,12 +77,29 @@ impl Scripts {
             &self.admit,
             &self.lease,
             &self.next_number,
+            &self.show_setup,
+            &self.show_view,
+            &self.show_sweep,
+            &self.hold,
+            &self.release_hold,
+            &self.book,
+            &self.unbook,
+            &self.settle,
             &self.release,
         ] {
             s.load_async(conn).await?;
         }
         Ok(())
     }
+}
+
+/// A show script: `lua/show_lib.lua` (the shared `sweep()` that lapses holds) followed by the
+/// script's own body, so every show script lapses expired holds before it acts.
+fn show_script(body: &str) -> Script {
+    Script::new(&format!(
+        "{}\n{body}",
+        include_str!("../../lua/show_lib.lua")
+    ))
 }
 
 impl Default for Scripts {

@@ -9,5 +9,6 @@ mod instances;
 mod ops;
 mod queue;
 mod reads;
+mod seats;
 mod standalone;
 mod strategies;

@@ -46,6 +46,9 @@ pub fn test_config(prefix: &str) -> Config {
         "0",
     ])
     .expect("test config parses");
+    // Each test service has its own bookings topic and ledger group.
+    cfg.kafka.topic = format!("{prefix}.bookings");
+    cfg.kafka.group = format!("{prefix}-ledger");
     cfg.admission.tick_ms = 50;
     cfg.admission.lease_ms = 1500;
     // Debug builds of client and server share 2 cores here; under the 200-way concurrent tests a

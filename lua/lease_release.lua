@@ -1,4 +1,4 @@
--- release.lua: give the admission lease up, only if this instance holds it.
+-- lease_release.lua: give the admission lease up, only if this instance holds it.
 --
 -- KEYS[1]  lease key
 -- ARGV[1]  this instance's id

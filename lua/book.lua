@@ -1,0 +1,53 @@
+-- book.lua: turn a live hold into a sale in Redis (the booking then goes to Kafka).
+--
+-- KEYS[1..4]  the show keys (see show_lib.lua)
+-- ARGV[1]     hold id
+-- ARGV[2]     ticket (only the holder may book)
+-- ARGV[3]     now, ms
+-- ARGV[4]     booking id (derived from the hold id, so a retry names the same booking)
+-- Returns     {1, hold JSON}   marked sold now
+--             {2, hold JSON}   this hold was booked before (the same booking: idempotent)
+--             {0}              no live hold: never made, lapsed, released, or one of its
+--                              seats given by reconciliation to a sale the ledger holds
+--             {-1}             another ticket's hold
+--
+-- The hold leaves the expiry set: a booked hold no longer lapses. If the booking cannot be
+-- made durable, unbook.lua puts it back exactly as it was.
+sweep(ARGV[3])
+local raw = redis.call('HGET', KEYS[4], ARGV[1])
+if not raw then return {0} end
+local h = cjson.decode(raw)
+if h.ticket ~= ARGV[2] then return {-1} end
+if h.booking then return {2, raw} end
+local n
+if h.seats then
+  -- A seat that reconciliation gave to a sale PostgreSQL already holds is no longer this hold's:
+  -- the hold is over (the rest of its seats go back).
+  for _, s in ipairs(h.seats) do
+    if redis.call('HGET', KEYS[2], s) ~= 'h:' .. ARGV[1] then
+      local back = 0
+      for _, t in ipairs(h.seats) do
+        if redis.call('HGET', KEYS[2], t) == 'h:' .. ARGV[1] then
+          redis.call('HSET', KEYS[2], t, '')
+          back = back + 1
+        end
+      end
+      redis.call('HINCRBY', KEYS[1], 'available', back)
+      redis.call('HDEL', KEYS[4], ARGV[1])
+      redis.call('ZREM', KEYS[3], ARGV[1])
+      return {0}
+    end
+  end
+  for _, s in ipairs(h.seats) do
+    redis.call('HSET', KEYS[2], s, 's:' .. ARGV[4])
+  end
+  n = #h.seats
+else
+  n = h.quantity
+end
+redis.call('HINCRBY', KEYS[1], 'sold', n)
+redis.call('ZREM', KEYS[3], ARGV[1])
+h.booking = ARGV[4]
+raw = cjson.encode(h)
+redis.call('HSET', KEYS[4], ARGV[1], raw)
+return {1, raw}

@@ -1,0 +1,43 @@
+-- settle.lua: align Redis with PostgreSQL's verdict on seats (the ledger is the truth).
+-- Used for a rejected booking (its sold marks go) and by `waitroom reconcile --repair`.
+--
+-- KEYS[1..4]  the show keys (see show_lib.lua)
+-- ARGV[1]     now, ms
+-- ARGV[2..]   pairs: seat id, state ('' = AVAILABLE in PostgreSQL, 's:<booking>' = SOLD there);
+--             or, for general admission, '#ga' and the quantity a rejected booking gives back
+-- Returns     number of seats whose state changed
+--
+-- A seat now free in Redis but on hold is left to its hold only when PostgreSQL says it is
+-- available; a seat sold in PostgreSQL always ends sold in Redis, whatever Redis thought.
+sweep(ARGV[1])
+if ARGV[2] == '#ga' then
+  local q = tonumber(ARGV[3])
+  redis.call('HINCRBY', KEYS[1], 'available', q)
+  redis.call('HINCRBY', KEYS[1], 'sold', -q)
+  return q
+end
+local changed, avail_delta, sold_delta = 0, 0, 0
+for i = 2, #ARGV, 2 do
+  local seat, truth = ARGV[i], ARGV[i + 1]
+  local cur = redis.call('HGET', KEYS[2], seat)
+  if cur then
+    local cur_sold = string.sub(cur, 1, 2) == 's:'
+    local cur_free = cur == ''
+    if truth == '' then
+      if cur_sold then
+        redis.call('HSET', KEYS[2], seat, '')
+        avail_delta = avail_delta + 1
+        sold_delta = sold_delta - 1
+        changed = changed + 1
+      end
+    elseif cur ~= truth then
+      redis.call('HSET', KEYS[2], seat, truth)
+      if cur_free then avail_delta = avail_delta - 1 end
+      if not cur_sold then sold_delta = sold_delta + 1 end
+      changed = changed + 1
+    end
+  end
+end
+if avail_delta ~= 0 then redis.call('HINCRBY', KEYS[1], 'available', avail_delta) end
+if sold_delta ~= 0 then redis.call('HINCRBY', KEYS[1], 'sold', sold_delta) end
+return changed

@@ -1,0 +1,27 @@
+-- unbook.lua: undo book.lua when the booking could not be made durable: the seats go back to
+-- the hold (which lapses at its original expiry), nothing stays sold.
+--
+-- KEYS[1..4]  the show keys (see show_lib.lua)
+-- ARGV[1]     hold id
+-- ARGV[2]     booking id
+-- Returns     1 undone; 0 nothing to undo
+local raw = redis.call('HGET', KEYS[4], ARGV[1])
+if not raw then return 0 end
+local h = cjson.decode(raw)
+if h.booking ~= ARGV[2] then return 0 end
+local n
+if h.seats then
+  for _, s in ipairs(h.seats) do
+    if redis.call('HGET', KEYS[2], s) == 's:' .. ARGV[2] then
+      redis.call('HSET', KEYS[2], s, 'h:' .. ARGV[1])
+    end
+  end
+  n = #h.seats
+else
+  n = h.quantity
+end
+redis.call('HINCRBY', KEYS[1], 'sold', -n)
+h.booking = nil
+redis.call('HSET', KEYS[4], ARGV[1], cjson.encode(h))
+redis.call('ZADD', KEYS[3], h.expires, ARGV[1])
+return 1

@@ -1,0 +1,148 @@
+//! The ledger consumer: Kafka → PostgreSQL, in batches.
+//!
+//! Order of a batch: read messages, apply them all in one PostgreSQL transaction, commit it,
+//! then commit the Kafka offsets, then tell Redis about rejected bookings. A crash anywhere
+//! before the offset commit makes the batch come again; applying is idempotent by booking id
+//! ([`super::repo::apply`] answers `Duplicate`), so nothing is lost and nothing applied twice.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use rdkafka::consumer::{CommitMode, Consumer as _, StreamConsumer};
+use rdkafka::{ClientConfig, Message as _, Offset, TopicPartitionList};
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use super::repo::{self, Decision};
+use super::BookingMessage;
+use crate::config::KafkaConfig;
+use crate::seats::Sales;
+use crate::telemetry;
+
+/// Most messages applied in one transaction.
+const MAX_BATCH: usize = 500;
+/// How long to wait for more messages once one has arrived.
+const BATCH_WINDOW: Duration = Duration::from_millis(20);
+
+/// One consumed message, owned.
+struct Item {
+    partition: i32,
+    offset: i64,
+    booking: Option<BookingMessage>,
+}
+
+/// Runs the ledger until `shutdown` is cancelled.
+pub async fn run(
+    cfg: KafkaConfig,
+    db: PgPool,
+    sales: Arc<Sales>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &cfg.brokers)
+        .set("group.id", &cfg.group)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", "6000")
+        .create()
+        .context("creating the ledger consumer")?;
+    consumer
+        .subscribe(&[&cfg.topic])
+        .context("subscribing to the bookings topic")?;
+    tracing::info!(topic = %cfg.topic, group = %cfg.group, "ledger consuming");
+    loop {
+        let first = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            m = consumer.recv() => m,
+        };
+        let first = match first {
+            Ok(m) => m.detach(),
+            Err(e) => {
+                tracing::warn!(error = %e, "ledger: kafka receive failed");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match tokio::time::timeout(BATCH_WINDOW, consumer.recv()).await {
+                Ok(Ok(m)) => batch.push(m.detach()),
+                _ => break,
+            }
+        }
+        let items: Vec<Item> = batch
+            .iter()
+            .map(|m| Item {
+                partition: m.partition(),
+                offset: m.offset(),
+                booking: m.payload().and_then(|p| serde_json::from_slice(p).ok()),
+            })
+            .collect();
+        // Apply until it succeeds: the offsets must not move past an unapplied booking.
+        let decisions = loop {
+            match apply_batch(&db, &items).await {
+                Ok(d) => break d,
+                Err(e) => {
+                    tracing::error!(error = %e, "ledger: batch not applied; retrying");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return Ok(()),
+                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                    }
+                }
+            }
+        };
+        let mut tpl = TopicPartitionList::new();
+        for it in &items {
+            tpl.add_partition_offset(&cfg.topic, it.partition, Offset::Offset(it.offset + 1))
+                .context("offset list")?;
+        }
+        if let Err(e) = consumer.commit(&tpl, CommitMode::Sync) {
+            // The batch will come again after a restart; applying it again is harmless.
+            tracing::warn!(error = %e, "ledger: offset commit failed");
+        }
+        for (booking, decision) in decisions {
+            if let Decision::Rejected(truth) = decision {
+                if let Err(e) = sales.settle_rejected(&booking, &truth).await {
+                    tracing::warn!(error = %e, booking = %booking.booking_id,
+                        "ledger: could not align Redis with a rejected booking; reconcile will");
+                }
+            }
+        }
+    }
+}
+
+async fn apply_batch(
+    db: &PgPool,
+    items: &[Item],
+) -> Result<Vec<(BookingMessage, Decision)>, sqlx::Error> {
+    let mut tx = db.begin().await?;
+    let mut out = Vec::new();
+    for it in items {
+        let Some(b) = &it.booking else {
+            tracing::error!(
+                partition = it.partition,
+                offset = it.offset,
+                "ledger: unreadable message skipped"
+            );
+            continue;
+        };
+        let d = repo::apply(&mut tx, b).await?;
+        out.push((b.clone(), d));
+    }
+    tx.commit().await?;
+    let mut seats = 0u64;
+    for (b, d) in &out {
+        let status = match d {
+            Decision::Confirmed => {
+                seats += b.seats.len().max(b.quantity as usize) as u64;
+                "confirmed"
+            }
+            Decision::Rejected(_) => "rejected",
+            Decision::Duplicate => "duplicate",
+        };
+        metrics::counter!(telemetry::BOOKINGS_LEDGER, "status" => status).increment(1);
+    }
+    metrics::histogram!(telemetry::LEDGER_BATCH_SEATS).record(seats as f64);
+    Ok(out)
+}

@@ -1,0 +1,659 @@
+//! Seats and bookings against the real Redis Cluster, tansu (Kafka protocol) and PostgreSQL.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::seq::IndexedRandom as _;
+use rand::Rng as _;
+use redis::AsyncCommands as _;
+use reqwest::{Response, StatusCode};
+use serde_json::{json, Value};
+use tokio::sync::Semaphore;
+
+use crate::common::{assert_error, eventually, spawn_app, unique, TestApp, ADMIN_TOKEN};
+
+/// An open event whose line admits at once, and a show on it. Returns (event, show).
+async fn sale(app: &TestApp, show_body: Value, event_extra: Value) -> (String, String) {
+    let ev = unique("e");
+    let mut body = json!({"shards": 2, "admit_per_second": 100000, "active_capacity": 100000});
+    body.as_object_mut()
+        .unwrap()
+        .extend(event_extra.as_object().unwrap().clone());
+    app.create_event(&ev, body).await;
+    let show = unique("s");
+    let mut spec = show_body;
+    spec["event"] = json!(ev);
+    let r = app
+        .http
+        .put(format!("{}/admin/v1/shows/{show}", app.base))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&spec)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::CREATED,
+        "{}",
+        r.text().await.unwrap()
+    );
+    (ev, show)
+}
+
+/// Enters `user` and waits until admitted; returns the access token, or None when the line
+/// says the event is sold out.
+async fn admitted_unless_sold_out(app: &TestApp, ev: &str, user: &str) -> Option<String> {
+    let s = app.enter_ok(ev, user).await;
+    if s["status"] == "sold_out" {
+        return None;
+    }
+    let ticket = s["ticket"].as_str().unwrap().to_owned();
+    eventually(Duration::from_secs(20), "admitted or sold out", || async {
+        let s = app.poll_ok(ev, &ticket).await;
+        match s["status"].as_str() {
+            Some("admitted") => Some(s["access_token"].as_str().map(str::to_owned)),
+            Some("sold_out") => Some(None),
+            _ => None,
+        }
+    })
+    .await
+}
+
+/// Enters `user` and waits until admitted; returns the access token.
+async fn admitted(app: &TestApp, ev: &str, user: &str) -> String {
+    let ticket = app.enter_ok(ev, user).await["ticket"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    eventually(Duration::from_secs(20), "admitted", || async {
+        let s = app.poll_ok(ev, &ticket).await;
+        s["access_token"].as_str().map(str::to_owned)
+    })
+    .await
+}
+
+async fn hold(app: &TestApp, show: &str, token: &str, body: Value) -> Response {
+    app.http
+        .post(format!("{}/v1/shows/{show}/holds", app.base))
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn book(app: &TestApp, show: &str, token: &str, hold_id: &str) -> Response {
+    app.http
+        .post(format!("{}/v1/shows/{show}/bookings", app.base))
+        .bearer_auth(token)
+        .json(&json!({"hold_id": hold_id}))
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn booking(app: &TestApp, id: &str) -> Value {
+    let r = app.get(&format!("/v1/bookings/{id}")).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    r.json().await.unwrap()
+}
+
+async fn wait_decided(app: &TestApp, id: &str) -> String {
+    eventually(Duration::from_secs(30), "booking decided", || async {
+        let b = booking(app, id).await;
+        let s = b["status"].as_str().unwrap().to_owned();
+        (s != "pending").then_some(s)
+    })
+    .await
+}
+
+async fn seat_states(app: &TestApp, show: &str) -> HashMap<String, String> {
+    let map: Value = app
+        .get(&format!("/v1/shows/{show}/seats"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    map["seats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["id"].as_str().unwrap().to_owned(),
+                s["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+async fn db() -> sqlx::PgPool {
+    let url = std::env::var("WAITROOM_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/waitroom".into());
+    sqlx::PgPool::connect(&url).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_show_is_listed_from_redis_with_every_seat_available() {
+    let app = spawn_app().await;
+    let (ev, show) = sale(&app, json!({"rows": "A-B", "seats_per_row": 3}), json!({})).await;
+    let map: Value = app
+        .get(&format!("/v1/shows/{show}/seats"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(map["event"], ev.as_str());
+    assert_eq!(map["available"], 6);
+    let ids: Vec<&str> = map["seats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["A-1", "A-2", "A-3", "B-1", "B-2", "B-3"]);
+    assert!(map["seats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|s| s["state"] == "available"));
+    // Putting the same show again is not a second creation.
+    let again = app
+        .http
+        .put(format!("{}/admin/v1/shows/{show}", app.base))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"event": ev, "rows": "A-B", "seats_per_row": 3}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::OK);
+    assert_error(
+        app.get(&format!("/v1/shows/{}/seats", unique("none")))
+            .await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn two_buyers_racing_for_the_same_seat_exactly_one_hold_succeeds_and_nothing_partial_is_held()
+{
+    let app = spawn_app().await;
+    let (ev, show) = sale(&app, json!({"seats": ["A-1", "A-2", "A-3"]}), json!({})).await;
+    let (alice, bob) = (
+        admitted(&app, &ev, "alice").await,
+        admitted(&app, &ev, "bob").await,
+    );
+    let (a, b) = tokio::join!(
+        hold(&app, &show, &alice, json!({"seats": ["A-1", "A-2"]})),
+        hold(&app, &show, &bob, json!({"seats": ["A-2", "A-3"]})),
+    );
+    let statuses = [a.status(), b.status()];
+    assert_eq!(
+        statuses
+            .iter()
+            .filter(|s| **s == StatusCode::CREATED)
+            .count(),
+        1,
+        "{statuses:?}"
+    );
+    let loser = if a.status() == StatusCode::CREATED {
+        b
+    } else {
+        a
+    };
+    let body = assert_error(loser, StatusCode::CONFLICT, "seat_unavailable").await;
+    assert_eq!(body["seats"], json!(["A-2"]));
+    // All or nothing: the loser's other seat is still free.
+    let states = seat_states(&app, &show).await;
+    let held: HashSet<&str> = states
+        .iter()
+        .filter(|(_, v)| *v == "held")
+        .map(|(k, _)| k.as_str())
+        .collect();
+    assert_eq!(held.len(), 2);
+    assert!(held.contains("A-2"));
+    assert_eq!(states.values().filter(|v| *v == "available").count(), 1);
+}
+
+#[tokio::test]
+async fn a_lapsed_hold_frees_its_seats_and_cannot_be_booked() {
+    let app = spawn_app().await;
+    let (ev, show) = sale(
+        &app,
+        json!({"seats": ["A-1", "A-2"]}),
+        json!({"hold_ttl_seconds": 1}),
+    )
+    .await;
+    let token = admitted(&app, &ev, "alice").await;
+    let r = hold(&app, &show, &token, json!({"seats": ["A-1"]})).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let h: Value = r.json().await.unwrap();
+    assert!(h["expires_at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(seat_states(&app, &show).await["A-1"], "held");
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    assert_eq!(seat_states(&app, &show).await["A-1"], "available");
+    let r = book(&app, &show, &token, h["hold_id"].as_str().unwrap()).await;
+    assert_error(r, StatusCode::CONFLICT, "hold_expired").await;
+    // Released holds are gone too.
+    let r = hold(&app, &show, &token, json!({"seats": ["A-2"]})).await;
+    let h: Value = r.json().await.unwrap();
+    let del = app
+        .http
+        .delete(format!(
+            "{}/v1/shows/{show}/holds/{}",
+            app.base,
+            h["hold_id"].as_str().unwrap()
+        ))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(del.status(), StatusCode::NO_CONTENT);
+    assert_eq!(seat_states(&app, &show).await["A-2"], "available");
+    assert_error(
+        book(&app, &show, &token, h["hold_id"].as_str().unwrap()).await,
+        StatusCode::CONFLICT,
+        "hold_expired",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn the_same_booking_request_twice_gives_one_booking_and_it_becomes_confirmed() {
+    let app = spawn_app().await;
+    let (ev, show) = sale(&app, json!({"seats": ["A-1", "A-2"]}), json!({})).await;
+    let token = admitted(&app, &ev, "alice").await;
+    let h: Value = hold(&app, &show, &token, json!({"seats": ["A-1", "A-2"]}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let hold_id = h["hold_id"].as_str().unwrap();
+    let first = book(&app, &show, &token, hold_id).await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let first: Value = first.json().await.unwrap();
+    assert_eq!(first["seats"], json!(["A-1", "A-2"]));
+    // The purchase ended the session: the same token no longer holds anything...
+    assert_error(
+        hold(&app, &show, &token, json!({"seats": ["A-1"]})).await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    )
+    .await;
+    // ...but repeating the confirmation answers the same booking, never a second one.
+    let again = book(&app, &show, &token, hold_id).await;
+    assert_eq!(again.status(), StatusCode::CREATED);
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again["booking_id"], first["booking_id"]);
+    assert_eq!(
+        wait_decided(&app, first["booking_id"].as_str().unwrap()).await,
+        "confirmed"
+    );
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM bookings WHERE show_id = $1")
+        .bind(&show)
+        .fetch_one(&db().await)
+        .await
+        .unwrap();
+    assert_eq!(rows, 1);
+    assert_eq!(seat_states(&app, &show).await["A-1"], "sold");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_thousand_buyers_for_a_hundred_seats_sell_each_seat_once_and_every_201_is_confirmed() {
+    let app = Arc::new(spawn_app().await);
+    let (ev, show) = sale(
+        &app,
+        json!({"rows": "A-E", "seats_per_row": 20}),
+        json!({"max_seats_per_hold": 4, "active_capacity": 5000}),
+    )
+    .await;
+    let all_seats: Vec<String> = ('A'..='E')
+        .flat_map(|r| (1..=20).map(move |n| format!("{r}-{n}")))
+        .collect();
+    let gate = Arc::new(Semaphore::new(200));
+    let buyers: Vec<_> = (0..2000)
+        .map(|i| {
+            let (app, ev, show, gate) = (app.clone(), ev.clone(), show.clone(), gate.clone());
+            let picks: Vec<String> = {
+                let mut rng = rand::rng();
+                let k = rng.random_range(1..=4);
+                all_seats.choose_multiple(&mut rng, k).cloned().collect()
+            };
+            tokio::spawn(async move {
+                let _p = gate.acquire().await.unwrap();
+                let token = admitted_unless_sold_out(&app, &ev, &format!("buyer{i}")).await?;
+                let r = hold(&app, &show, &token, json!({"seats": picks})).await;
+                match r.status() {
+                    StatusCode::CREATED => {}
+                    StatusCode::CONFLICT => return None,
+                    // The session ended between admission and the hold: fine, no purchase.
+                    StatusCode::FORBIDDEN => return None,
+                    other => panic!("hold answered {other}"),
+                }
+                let h: Value = r.json().await.unwrap();
+                let b = book(&app, &show, &token, h["hold_id"].as_str().unwrap()).await;
+                assert_eq!(b.status(), StatusCode::CREATED, "a live hold books");
+                let b: Value = b.json().await.unwrap();
+                Some((b["booking_id"].as_str().unwrap().to_owned(), picks))
+            })
+        })
+        .collect();
+    let mut promised: HashMap<String, Vec<String>> = HashMap::new();
+    for b in buyers {
+        if let Some((id, seats)) = b.await.unwrap() {
+            promised.insert(id, seats);
+        }
+    }
+    assert!(!promised.is_empty());
+    // Every 201 became confirmed.
+    for id in promised.keys() {
+        assert_eq!(wait_decided(&app, id).await, "confirmed", "booking {id}");
+    }
+    let db = db().await;
+    // No seat in two confirmed bookings; sold count = seats in confirmed bookings.
+    let doubled: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT unnest(seats) AS seat FROM bookings \
+         WHERE show_id = $1 AND status = 'confirmed' GROUP BY 1 HAVING count(*) > 1) d",
+    )
+    .bind(&show)
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    assert_eq!(doubled, 0);
+    let sold: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM seats WHERE show_id = $1 AND status = 'SOLD'")
+            .bind(&show)
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    let in_bookings: i64 = sqlx::query_scalar(
+        "SELECT coalesce(sum(cardinality(seats)), 0) FROM bookings WHERE show_id = $1 AND status = 'confirmed'",
+    )
+    .bind(&show)
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    assert_eq!(sold, in_bookings);
+    assert_eq!(
+        sold as usize,
+        promised.values().map(Vec::len).sum::<usize>()
+    );
+    let confirmed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM bookings WHERE show_id = $1 AND status = 'confirmed'",
+    )
+    .bind(&show)
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    assert_eq!(confirmed as usize, promised.len());
+    // Redis agrees with the ledger seat by seat.
+    let states = seat_states(&app, &show).await;
+    let redis_sold = states.values().filter(|s| *s == "sold").count();
+    assert_eq!(redis_sold as i64, sold);
+}
+
+#[tokio::test]
+async fn bad_hold_and_booking_requests_get_the_contract_errors() {
+    let app = spawn_app().await;
+    let (ev, show) = sale(
+        &app,
+        json!({"seats": ["A-1", "A-2", "A-3"]}),
+        json!({"max_seats_per_hold": 2}),
+    )
+    .await;
+    let (other_ev, _) = sale(&app, json!({"seats": ["Z-1"]}), json!({})).await;
+    let token = admitted(&app, &ev, "alice").await;
+    let foreign = admitted(&app, &other_ev, "alice").await;
+    for body in [
+        json!({"seats": ["Q-9"]}),
+        json!({"seats": ["A-1", "A-1"]}),
+        json!({"seats": ["A-1", "A-2", "A-3"]}),
+        json!({"seats": []}),
+        json!({"seats": ["bad seat"]}),
+        json!({"quantity": 1}),
+        json!({}),
+    ] {
+        assert_error(
+            hold(&app, &show, &token, body).await,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        )
+        .await;
+    }
+    assert_error(
+        hold(&app, &show, &foreign, json!({"seats": ["A-1"]})).await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    )
+    .await;
+    let forged = format!("{}x", &token[..token.len() - 1]);
+    assert_error(
+        hold(&app, &show, &forged, json!({"seats": ["A-1"]})).await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    )
+    .await;
+    let none = app
+        .http
+        .post(format!("{}/v1/shows/{show}/holds", app.base))
+        .json(&json!({"seats": ["A-1"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_error(none, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    assert_error(
+        book(&app, &show, &token, "not-a-uuid").await,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    let unknown = uuid::Uuid::new_v4().to_string();
+    assert_error(
+        book(&app, &show, &token, &unknown).await,
+        StatusCode::CONFLICT,
+        "hold_expired",
+    )
+    .await;
+    assert_error(
+        app.get(&format!("/v1/bookings/{unknown}")).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+    assert_error(
+        app.get("/v1/bookings/nope").await,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    // Still nothing held.
+    assert!(seat_states(&app, &show)
+        .await
+        .values()
+        .all(|s| s == "available"));
+}
+
+#[tokio::test]
+async fn general_admission_holds_a_quantity_and_never_sells_more_than_it_has() {
+    let app = spawn_app().await;
+    let (ev, show) = sale(&app, json!({"quantity": 5}), json!({})).await;
+    let (alice, bob) = (
+        admitted(&app, &ev, "alice").await,
+        admitted(&app, &ev, "bob").await,
+    );
+    let r = hold(&app, &show, &alice, json!({"quantity": 3})).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let h: Value = r.json().await.unwrap();
+    assert_eq!(h["quantity"], 3);
+    assert_error(
+        hold(&app, &show, &bob, json!({"quantity": 3})).await,
+        StatusCode::CONFLICT,
+        "sold_out",
+    )
+    .await;
+    assert_error(
+        hold(&app, &show, &bob, json!({"seats": ["A-1"]})).await,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    let b: Value = book(&app, &show, &alice, h["hold_id"].as_str().unwrap())
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(b["quantity"], 3);
+    assert_eq!(
+        wait_decided(&app, b["booking_id"].as_str().unwrap()).await,
+        "confirmed"
+    );
+    let sold: i32 = sqlx::query_scalar("SELECT ga_sold FROM shows WHERE show_id = $1")
+        .bind(&show)
+        .fetch_one(&db().await)
+        .await
+        .unwrap();
+    assert_eq!(sold, 3);
+    let map: Value = app
+        .get(&format!("/v1/shows/{show}/seats"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(map["available"], 2);
+    assert_eq!(map["quantity"], 5);
+}
+
+#[tokio::test]
+async fn when_everything_is_taken_the_line_says_sold_out_and_reopens_when_seats_come_back() {
+    let app = spawn_app().await;
+    let (ev, show) = sale(
+        &app,
+        json!({"seats": ["A-1", "A-2"]}),
+        json!({"max_seats_per_hold": 2}),
+    )
+    .await;
+    let alice = admitted(&app, &ev, "alice").await;
+    let h: Value = hold(&app, &show, &alice, json!({"seats": ["A-1", "A-2"]}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    // New arrivals are told at once (within the config cache's half second), and not queued.
+    let s = eventually(Duration::from_secs(5), "sold out", || async {
+        let s = app.enter_ok(&ev, "carol").await;
+        (s["status"] == "sold_out").then_some(s)
+    })
+    .await;
+    assert!(s["position"].is_null());
+    assert_eq!(app.get_event(&ev).await["stats"]["waiting"], 0);
+    // The hold is released: seats are back, the line takes people again.
+    let del = app
+        .http
+        .delete(format!(
+            "{}/v1/shows/{show}/holds/{}",
+            app.base,
+            h["hold_id"].as_str().unwrap()
+        ))
+        .bearer_auth(&alice)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(del.status(), StatusCode::NO_CONTENT);
+    eventually(Duration::from_secs(5), "reopened", || async {
+        (app.enter_ok(&ev, "carol").await["status"] != "sold_out").then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_seat_sold_again_after_redis_lost_its_mark_is_rejected_by_the_ledger_and_reconcile_repairs(
+) {
+    let app = spawn_app().await;
+    let (ev, show) = sale(&app, json!({"seats": ["A-1", "A-2"]}), json!({})).await;
+    let alice = admitted(&app, &ev, "alice").await;
+    let h: Value = hold(&app, &show, &alice, json!({"seats": ["A-1"]}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let first: Value = book(&app, &show, &alice, h["hold_id"].as_str().unwrap())
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        wait_decided(&app, first["booking_id"].as_str().unwrap()).await,
+        "confirmed"
+    );
+
+    // Redis loses the sold mark (a primary lost before replicating, say).
+    let seats_key = app.keys.show(&show).seats;
+    let () = app.redis.clone().hset(&seats_key, "A-1", "").await.unwrap();
+    assert_eq!(seat_states(&app, &show).await["A-1"], "available");
+
+    // A second buyer gets the seat in Redis: the ledger's conditional update stops the sale.
+    let bob = admitted(&app, &ev, "bob").await;
+    let h: Value = hold(&app, &show, &bob, json!({"seats": ["A-1"]}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let second = book(&app, &show, &bob, h["hold_id"].as_str().unwrap()).await;
+    assert_eq!(second.status(), StatusCode::CREATED);
+    let second: Value = second.json().await.unwrap();
+    assert_eq!(
+        wait_decided(&app, second["booking_id"].as_str().unwrap()).await,
+        "rejected"
+    );
+    let owner: uuid::Uuid =
+        sqlx::query_scalar("SELECT booking_id FROM seats WHERE show_id = $1 AND seat_id = 'A-1'")
+            .bind(&show)
+            .fetch_one(&db().await)
+            .await
+            .unwrap();
+    assert_eq!(owner.to_string(), first["booking_id"].as_str().unwrap());
+    // The rejection put Redis back in line with the ledger.
+    eventually(Duration::from_secs(5), "redis settled", || async {
+        (seat_states(&app, &show).await["A-1"] == "sold").then_some(())
+    })
+    .await;
+
+    // reconcile reports a drift and, with --repair, rewrites Redis from the ledger.
+    let () = app.redis.clone().hset(&seats_key, "A-1", "").await.unwrap();
+    let prefix = app.keys.registry().trim_end_matches(":events").to_owned();
+    let run = |repair: bool| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_waitroom"));
+        cmd.arg("reconcile")
+            .env("WAITROOM_KEY_PREFIX", &prefix)
+            .env("RUST_LOG", "error");
+        if repair {
+            cmd.arg("--repair");
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let report = run(false);
+    let line = report
+        .lines()
+        .find(|l| l.contains(&show))
+        .expect("drift reported");
+    let d: Value = serde_json::from_str(line).unwrap();
+    assert_eq!(d["seat"], "A-1");
+    assert_eq!(d["redis"], "available");
+    assert_eq!(
+        seat_states(&app, &show).await["A-1"],
+        "available",
+        "reporting changes nothing"
+    );
+    run(true);
+    assert_eq!(seat_states(&app, &show).await["A-1"], "sold");
+    assert!(!run(false).contains(&show), "no drift after repair");
+}
