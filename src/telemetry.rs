@@ -43,6 +43,8 @@ pub const BOOKINGS_API: &str = "waitroom_bookings_total";
 pub const BOOKINGS_LEDGER: &str = "waitroom_ledger_bookings_total";
 /// Seats (or places) sold per ledger batch.
 pub const LEDGER_BATCH_SEATS: &str = "waitroom_ledger_batch_seats";
+/// Bookings on the topic the ledger has not applied yet (consumer lag), after each batch.
+pub const LEDGER_LAG: &str = "waitroom_ledger_lag";
 /// Time for Kafka to acknowledge a booking, seconds.
 pub const KAFKA_PRODUCE_LATENCY: &str = "waitroom_kafka_produce_seconds";
 /// Keys found holding the wrong type and moved aside.

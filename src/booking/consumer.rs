@@ -39,14 +39,16 @@ pub async fn run(
     sales: Arc<Sales>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let consumer: StreamConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &cfg.brokers)
-        .set("group.id", &cfg.group)
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", "6000")
-        .create()
-        .context("creating the ledger consumer")?;
+    let consumer: Arc<StreamConsumer> = Arc::new(
+        ClientConfig::new()
+            .set("bootstrap.servers", &cfg.brokers)
+            .set("group.id", &cfg.group)
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("session.timeout.ms", "6000")
+            .create()
+            .context("creating the ledger consumer")?,
+    );
     consumer
         .subscribe(&[&cfg.topic])
         .context("subscribing to the bookings topic")?;
@@ -101,6 +103,10 @@ pub async fn run(
             // The batch will come again after a restart; applying it again is harmless.
             tracing::warn!(error = %e, "ledger: offset commit failed");
         }
+        let (c, topic) = (consumer.clone(), cfg.topic.clone());
+        tokio::task::spawn_blocking(move || {
+            metrics::gauge!(telemetry::LEDGER_LAG).set(lag(&c, &topic) as f64);
+        });
         for (booking, decision) in decisions {
             if let Decision::Rejected(truth) = decision {
                 if let Err(e) = sales.settle_rejected(&booking, &truth).await {
@@ -110,6 +116,27 @@ pub async fn run(
             }
         }
     }
+}
+
+/// Messages on the topic not yet applied: high watermark − position, over the partitions this
+/// consumer holds. Asks the broker (blocking), so it runs on the blocking pool.
+fn lag(consumer: &StreamConsumer, topic: &str) -> i64 {
+    let Ok(positions) = consumer.position() else {
+        return 0;
+    };
+    positions
+        .elements_for_topic(topic)
+        .iter()
+        .filter_map(|e| {
+            let Offset::Offset(pos) = e.offset() else {
+                return None;
+            };
+            let (_, high) = consumer
+                .fetch_watermarks(topic, e.partition(), Duration::from_millis(500))
+                .ok()?;
+            Some((high - pos).max(0))
+        })
+        .sum()
 }
 
 async fn apply_batch(

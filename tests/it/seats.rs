@@ -657,3 +657,80 @@ async fn a_seat_sold_again_after_redis_lost_its_mark_is_rejected_by_the_ledger_a
     assert_eq!(seat_states(&app, &show).await["A-1"], "sold");
     assert!(!run(false).contains(&show), "no drift after repair");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_ledger_killed_mid_stream_and_restarted_loses_no_booking_and_applies_none_twice() {
+    let app = Arc::new(crate::common::spawn_app_with(|c| c.kafka.no_ledger = true).await);
+    let (ev, show) = sale(&app, json!({"rows": "A-O", "seats_per_row": 20}), json!({})).await;
+    let prefix = app.keys.registry().trim_end_matches(":events").to_owned();
+    let start_ledger = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_waitroom"))
+            .arg("ledger")
+            .env("WAITROOM_KEY_PREFIX", &prefix)
+            .env("WAITROOM_KAFKA_TOPIC", format!("{prefix}.bookings"))
+            .env("WAITROOM_KAFKA_GROUP", format!("{prefix}-ledger"))
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .expect("ledger starts")
+    };
+    let mut ledger = start_ledger();
+    let seats: Vec<String> = ('A'..='O')
+        .flat_map(|r| (1..=20).map(move |n| format!("{r}-{n}")))
+        .collect();
+    let gate = Arc::new(Semaphore::new(20));
+    let mut made: Vec<String> = Vec::new();
+    for wave in 0..2 {
+        let buyers: Vec<_> = (0..75)
+            .map(|i| {
+                let n = wave * 75 + i;
+                let (app, ev, show, gate, seat) = (
+                    app.clone(),
+                    ev.clone(),
+                    show.clone(),
+                    gate.clone(),
+                    seats[n].clone(),
+                );
+                tokio::spawn(async move {
+                    let _p = gate.acquire().await.unwrap();
+                    let token = admitted(&app, &ev, &format!("b{n}")).await;
+                    let h: Value = hold(&app, &show, &token, json!({"seats": [seat]}))
+                        .await
+                        .json()
+                        .await
+                        .unwrap();
+                    let b = book(&app, &show, &token, h["hold_id"].as_str().unwrap()).await;
+                    assert_eq!(b.status(), StatusCode::CREATED);
+                    b.json::<Value>().await.unwrap()["booking_id"]
+                        .as_str()
+                        .unwrap()
+                        .to_owned()
+                })
+            })
+            .collect();
+        for b in buyers {
+            made.push(b.await.unwrap());
+        }
+        if wave == 0 {
+            // kill -9 while it is consuming the first wave's bookings.
+            ledger.kill().unwrap();
+            ledger.wait().unwrap();
+        }
+    }
+    ledger = start_ledger();
+    for id in &made {
+        assert_eq!(wait_decided(&app, id).await, "confirmed", "booking {id}");
+    }
+    ledger.kill().unwrap();
+    ledger.wait().unwrap();
+    let db = db().await;
+    let (bookings, sold): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM bookings WHERE show_id = $1), \
+                (SELECT count(*) FROM seats WHERE show_id = $1 AND status = 'SOLD')",
+    )
+    .bind(&show)
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    assert_eq!(bookings, 150, "every booking exactly once");
+    assert_eq!(sold, 150);
+}
