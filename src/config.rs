@@ -36,6 +36,8 @@ pub enum Command {
     Reconcile(Box<ReconcileArgs>),
     /// Apply the database migrations and exit.
     Migrate(DbConfig),
+    /// Measure confirmed seats per second into PostgreSQL through Kafka (docs/benchmarks.md).
+    LedgerBench(Box<crate::bench::ledger::LedgerBenchArgs>),
     /// Measure each ordering strategy's position error and Redis cost (docs/ordering.md).
     OrderingBench(crate::bench::ordering::OrderingBenchArgs),
     /// Exit 0 when the service at URL answers /healthz.

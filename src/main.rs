@@ -60,6 +60,7 @@ async fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
+        Command::LedgerBench(args) => waitroom::bench::ledger::run(*args).await.map(|_| ()),
         Command::OrderingBench(args) => waitroom::bench::ordering::run(args).await.map(|_| ()),
     }
 }

@@ -2,5 +2,8 @@
 //!
 //! - [`ordering`]: `waitroom ordering-bench` — position error and Redis cost of each ordering
 //!   strategy on a real Redis, for docs/ordering.md.
+//! - [`ledger`]: `waitroom ledger-bench` — confirmed seats per second into PostgreSQL through
+//!   Kafka, for docs/benchmarks.md.
 
+pub mod ledger;
 pub mod ordering;

@@ -3,7 +3,7 @@
 //! Order of a batch: read messages, apply them all in one PostgreSQL transaction, commit it,
 //! then commit the Kafka offsets, then tell Redis about rejected bookings. A crash anywhere
 //! before the offset commit makes the batch come again; applying is idempotent by booking id
-//! ([`super::repo::apply`] answers `Duplicate`), so nothing is lost and nothing applied twice.
+//! ([`super::repo::apply_batch`] answers `Duplicate`), so nothing is lost and nothing applied twice.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -143,33 +143,27 @@ async fn apply_batch(
     db: &PgPool,
     items: &[Item],
 ) -> Result<Vec<(BookingMessage, Decision)>, sqlx::Error> {
-    let mut tx = db.begin().await?;
-    let mut out = Vec::new();
+    let mut batch = Vec::with_capacity(items.len());
     for it in items {
-        let Some(b) = &it.booking else {
-            tracing::error!(
+        match &it.booking {
+            Some(b) => batch.push(b.clone()),
+            None => tracing::error!(
                 partition = it.partition,
                 offset = it.offset,
                 "ledger: unreadable message skipped"
-            );
-            continue;
-        };
-        let d = repo::apply(&mut tx, b).await?;
-        out.push((b.clone(), d));
+            ),
+        }
     }
+    let mut tx = db.begin().await?;
+    let decisions = repo::apply_batch(&mut tx, &batch).await?;
     tx.commit().await?;
-    let mut seats = 0u64;
-    for (b, d) in &out {
+    for d in &decisions {
         let status = match d {
-            Decision::Confirmed => {
-                seats += b.seats.len().max(b.quantity as usize) as u64;
-                "confirmed"
-            }
+            Decision::Confirmed => "confirmed",
             Decision::Rejected(_) => "rejected",
             Decision::Duplicate => "duplicate",
         };
         metrics::counter!(telemetry::BOOKINGS_LEDGER, "status" => status).increment(1);
     }
-    metrics::histogram!(telemetry::LEDGER_BATCH_SEATS).record(seats as f64);
-    Ok(out)
+    Ok(batch.into_iter().zip(decisions).collect())
 }

@@ -19,82 +19,141 @@ pub enum Decision {
     Duplicate,
 }
 
-/// Applies one booking inside `tx`: insert it, then sell its seats conditionally.
-pub async fn apply(
+/// Applies a batch of bookings inside `tx`, set-based: a handful of statements per batch, not
+/// per booking. Decisions are made in batch order under row locks, then one conditional UPDATE
+/// sells every seat of the accepted bookings. Returns one decision per input booking.
+pub async fn apply_batch(
     tx: &mut Transaction<'_, Postgres>,
-    b: &BookingMessage,
-) -> Result<Decision, sqlx::Error> {
-    let id = Uuid::parse_str(&b.booking_id).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
-    let inserted = sqlx::query(
+    batch: &[BookingMessage],
+) -> Result<Vec<Decision>, sqlx::Error> {
+    let ids: Vec<Uuid> = batch
+        .iter()
+        .map(|b| Uuid::parse_str(&b.booking_id).map_err(|e| sqlx::Error::Decode(Box::new(e))))
+        .collect::<Result<_, _>>()?;
+    // 1. Insert them all; the ones already there are redeliveries.
+    let fresh: std::collections::HashSet<Uuid> = sqlx::query_scalar(
         "INSERT INTO bookings (booking_id, show_id, ticket, seats, quantity, status) \
-         VALUES ($1, $2, $3, $4, $5, 'pending') ON CONFLICT (booking_id) DO NOTHING",
+         SELECT b.id, b.show, b.ticket, string_to_array(b.seats, ','), b.quantity, 'pending' \
+         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[]) AS b(id, show, ticket, seats, quantity) \
+         ON CONFLICT (booking_id) DO NOTHING RETURNING booking_id",
     )
-    .bind(id)
-    .bind(&b.show)
-    .bind(&b.ticket)
-    .bind(&b.seats)
-    .bind(b.quantity as i32)
-    .execute(&mut **tx)
-    .await?
-    .rows_affected();
-    if inserted == 0 {
-        return Ok(Decision::Duplicate);
-    }
-    sqlx::query("SAVEPOINT sell").execute(&mut **tx).await?;
-    let sold = if b.seats.is_empty() {
-        sqlx::query(
-            "UPDATE shows SET ga_sold = ga_sold + $2 \
-             WHERE show_id = $1 AND ga_quantity IS NOT NULL AND ga_sold + $2 <= ga_quantity",
-        )
-        .bind(&b.show)
-        .bind(b.quantity as i32)
-        .execute(&mut **tx)
-        .await?
-        .rows_affected()
-            == 1
-    } else {
-        let n = sqlx::query(
-            "UPDATE seats SET status = 'SOLD', booking_id = $1 \
-             WHERE show_id = $2 AND seat_id = ANY($3) AND status = 'AVAILABLE'",
-        )
-        .bind(id)
-        .bind(&b.show)
-        .bind(&b.seats)
-        .execute(&mut **tx)
-        .await?
-        .rows_affected();
-        n == b.seats.len() as u64
-    };
-    if sold {
-        sqlx::query(
-            "UPDATE bookings SET status = 'confirmed', decided_at = now() WHERE booking_id = $1",
-        )
-        .bind(id)
-        .execute(&mut **tx)
-        .await?;
-        return Ok(Decision::Confirmed);
-    }
-    // Some seat was taken: undo this booking's partial sale, keep the others of the batch.
-    sqlx::query("ROLLBACK TO SAVEPOINT sell")
-        .execute(&mut **tx)
-        .await?;
-    sqlx::query(
-        "UPDATE bookings SET status = 'rejected', decided_at = now() WHERE booking_id = $1",
-    )
-    .bind(id)
-    .execute(&mut **tx)
-    .await?;
-    let truth = sqlx::query(
-        "SELECT seat_id, booking_id FROM seats WHERE show_id = $1 AND seat_id = ANY($2)",
-    )
-    .bind(&b.show)
-    .bind(&b.seats)
+    .bind(&ids)
+    .bind(batch.iter().map(|b| b.show.clone()).collect::<Vec<_>>())
+    .bind(batch.iter().map(|b| b.ticket.clone()).collect::<Vec<_>>())
+    .bind(batch.iter().map(|b| b.seats.join(",")).collect::<Vec<_>>())
+    .bind(batch.iter().map(|b| b.quantity as i32).collect::<Vec<_>>())
     .fetch_all(&mut **tx)
     .await?
     .into_iter()
-    .map(|r| (r.get::<String, _>(0), r.get::<Option<Uuid>, _>(1)))
     .collect();
-    Ok(Decision::Rejected(truth))
+    // 2. Lock every seat the new seated bookings name and read its state.
+    let (mut lock_show, mut lock_seat) = (Vec::new(), Vec::new());
+    for (b, id) in batch.iter().zip(&ids) {
+        if fresh.contains(id) {
+            for seat in &b.seats {
+                lock_show.push(b.show.clone());
+                lock_seat.push(seat.clone());
+            }
+        }
+    }
+    let mut state: std::collections::HashMap<(String, String), Option<Uuid>> = sqlx::query(
+        "SELECT s.show_id, s.seat_id, s.booking_id FROM seats s \
+         JOIN unnest($1::text[], $2::text[]) AS w(show, seat) ON s.show_id = w.show AND s.seat_id = w.seat \
+         ORDER BY s.show_id, s.seat_id FOR UPDATE OF s",
+    )
+    .bind(&lock_show)
+    .bind(&lock_seat)
+    .fetch_all(&mut **tx)
+    .await?
+    .into_iter()
+    .map(|r| ((r.get::<String, _>(0), r.get::<String, _>(1)), r.get::<Option<Uuid>, _>(2)))
+    .collect();
+    // 3. Decide in batch order: a booking is accepted when every seat is available (and not
+    //    taken by an earlier booking of this batch).
+    let mut decisions = Vec::with_capacity(batch.len());
+    let (mut sell_show, mut sell_seat, mut sell_booking) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut status_id, mut status) = (Vec::new(), Vec::new());
+    for (b, id) in batch.iter().zip(&ids) {
+        if !fresh.contains(id) {
+            decisions.push(Decision::Duplicate);
+            continue;
+        }
+        let ok = if b.seats.is_empty() {
+            sqlx::query(
+                "UPDATE shows SET ga_sold = ga_sold + $2 \
+                 WHERE show_id = $1 AND ga_quantity IS NOT NULL AND ga_sold + $2 <= ga_quantity",
+            )
+            .bind(&b.show)
+            .bind(b.quantity as i32)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected()
+                == 1
+        } else {
+            let keys: Vec<(String, String)> = b
+                .seats
+                .iter()
+                .map(|s| (b.show.clone(), s.clone()))
+                .collect();
+            let free = keys.iter().all(|k| matches!(state.get(k), Some(None)));
+            if free {
+                for k in keys {
+                    state.insert(k.clone(), Some(*id));
+                    sell_show.push(k.0);
+                    sell_seat.push(k.1);
+                    sell_booking.push(*id);
+                }
+            }
+            free
+        };
+        status_id.push(*id);
+        status.push(if ok { "confirmed" } else { "rejected" });
+        decisions.push(if ok {
+            Decision::Confirmed
+        } else {
+            Decision::Rejected(
+                b.seats
+                    .iter()
+                    .map(|s| {
+                        (
+                            s.clone(),
+                            state.get(&(b.show.clone(), s.clone())).copied().flatten(),
+                        )
+                    })
+                    .collect(),
+            )
+        });
+    }
+    // 4. One conditional UPDATE sells every accepted seat: the last line against double selling.
+    let sold = sqlx::query(
+        "UPDATE seats SET status = 'SOLD', booking_id = v.booking \
+         FROM unnest($1::text[], $2::text[], $3::uuid[]) AS v(show, seat, booking) \
+         WHERE seats.show_id = v.show AND seats.seat_id = v.seat AND seats.status = 'AVAILABLE'",
+    )
+    .bind(&sell_show)
+    .bind(&sell_seat)
+    .bind(&sell_booking)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    if sold != sell_seat.len() as u64 {
+        // Under the row locks this cannot happen; if it does, refuse the whole batch (the
+        // transaction rolls back and the batch is tried again) rather than guess.
+        return Err(sqlx::Error::Protocol(format!(
+            "sold {sold} of {} locked seats",
+            sell_seat.len()
+        )));
+    }
+    sqlx::query(
+        "UPDATE bookings SET status = v.status, decided_at = now() \
+         FROM unnest($1::uuid[], $2::text[]) AS v(id, status) WHERE bookings.booking_id = v.id",
+    )
+    .bind(&status_id)
+    .bind(&status)
+    .execute(&mut **tx)
+    .await?;
+    metrics::histogram!(crate::telemetry::LEDGER_BATCH_SEATS).record(sold as f64);
+    Ok(decisions)
 }
 
 /// A booking as the API shows it.
