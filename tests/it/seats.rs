@@ -734,3 +734,43 @@ async fn the_ledger_killed_mid_stream_and_restarted_loses_no_booking_and_applies
     assert_eq!(bookings, 150, "every booking exactly once");
     assert_eq!(sold, 150);
 }
+
+#[tokio::test]
+async fn when_kafka_does_not_acknowledge_the_booking_is_undone_and_answered_503() {
+    // A broker address where nothing listens: holds work (Redis), bookings cannot be durable.
+    let app = crate::common::spawn_app_with(|c| {
+        c.kafka.brokers = "127.0.0.1:1".into();
+        c.kafka.ack_timeout_ms = 1000;
+        c.kafka.no_ledger = true;
+    })
+    .await;
+    let (ev, show) = sale(&app, json!({"seats": ["A-1"]}), json!({})).await;
+    let token = admitted(&app, &ev, "alice").await;
+    let h: Value = hold(&app, &show, &token, json!({"seats": ["A-1"]}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let r = book(&app, &show, &token, h["hold_id"].as_str().unwrap()).await;
+    assert!(r.headers().contains_key("retry-after"));
+    assert_error(r, StatusCode::SERVICE_UNAVAILABLE, "unavailable").await;
+    // Nothing sold: the seat is back on the buyer's hold, and the session goes on.
+    assert_eq!(seat_states(&app, &show).await["A-1"], "held");
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM bookings WHERE show_id = $1")
+        .bind(&show)
+        .fetch_one(&db().await)
+        .await
+        .unwrap();
+    assert_eq!(count, 0);
+    assert_eq!(
+        app.poll_ok(
+            &ev,
+            &app.enter_ok(&ev, "alice").await["ticket"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        )
+        .await["status"],
+        "admitted"
+    );
+}
