@@ -70,6 +70,13 @@ pub fn metrics_handle() -> PrometheusHandle {
             let recorder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Full(HTTP_LATENCY.to_owned()), &buckets)
                 .expect("valid buckets")
+                .set_buckets_for_metric(Matcher::Full(KAFKA_PRODUCE_LATENCY.to_owned()), &buckets)
+                .expect("valid buckets")
+                .set_buckets_for_metric(
+                    Matcher::Full(LEDGER_BATCH_SEATS.to_owned()),
+                    &[1.0, 5.0, 10.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2000.0],
+                )
+                .expect("valid buckets")
                 .set_buckets_for_metric(
                     Matcher::Full(COMMANDS_PER_POLL.to_owned()),
                     &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0],

@@ -157,13 +157,19 @@ async fn apply_batch(
     let mut tx = db.begin().await?;
     let decisions = repo::apply_batch(&mut tx, &batch).await?;
     tx.commit().await?;
-    for d in &decisions {
+    let mut sold = 0u64;
+    for (b, d) in batch.iter().zip(&decisions) {
         let status = match d {
-            Decision::Confirmed => "confirmed",
+            Decision::Confirmed => {
+                sold += b.seats.len().max(b.quantity as usize) as u64;
+                "confirmed"
+            }
             Decision::Rejected(_) => "rejected",
             Decision::Duplicate => "duplicate",
         };
         metrics::counter!(telemetry::BOOKINGS_LEDGER, "status" => status).increment(1);
     }
+    // Seats (or places) this committed batch sold.
+    metrics::histogram!(telemetry::LEDGER_BATCH_SEATS).record(sold as f64);
     Ok(batch.into_iter().zip(decisions).collect())
 }

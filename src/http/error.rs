@@ -170,9 +170,7 @@ impl From<SeatError> for ApiError {
             }
             SeatError::Kafka(e) => {
                 tracing::error!(error = %e, "kafka did not take a booking; undone");
-                ApiError::Unavailable(
-                    "the booking could not be made durable; nothing was sold; try again",
-                )
+                ApiError::Unavailable("the booking could not be confirmed as durable; repeat the same request to learn its outcome")
             }
         }
     }

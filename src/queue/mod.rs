@@ -177,8 +177,17 @@ impl Queue {
         }
         let ticket = self.signer.ticket(event, user);
         if ev.sold_out {
-            // The line has stopped: say so at once instead of queueing people for nothing.
-            return Ok(self.view(event, &ev, ticket, Standing::SoldOut));
+            // The line has stopped: say so at once instead of queueing people for nothing. Someone
+            // already admitted keeps their session (and token) though.
+            return match self.locate(&ev, &ticket, None).await {
+                Ok(admitted @ Standing::Admitted { .. }) => {
+                    Ok(self.view(event, &ev, ticket, admitted))
+                }
+                Ok(_) | Err(QueueError::UnknownTicket) => {
+                    Ok(self.view(event, &ev, ticket, Standing::SoldOut))
+                }
+                Err(e) => Err(e),
+            };
         }
         let arrival = self.clock.next();
         let standing = match ev.config.order_source(arrival) {

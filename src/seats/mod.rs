@@ -841,6 +841,11 @@ fn rfc3339(ms: u64) -> String {
 pub fn seat_list(spec: &ShowSpec) -> Result<(Vec<String>, Option<u32>), SeatError> {
     let seats = match (&spec.seats, &spec.rows, spec.seats_per_row, spec.quantity) {
         (Some(seats), None, None, None) => seats.clone(),
+        (None, Some(_), Some(per_row), None) if per_row as usize > MAX_SEATS => {
+            return Err(SeatError::Invalid(format!(
+                "a show has 1..={MAX_SEATS} seats"
+            )));
+        }
         (None, Some(rows), Some(per_row), None) => {
             let (first, last) = match rows.split_once('-') {
                 Some((a, b)) => (a, b),
@@ -861,7 +866,14 @@ pub fn seat_list(spec: &ShowSpec) -> Result<(Vec<String>, Option<u32>), SeatErro
                 .flat_map(|r| (1..=per_row).map(move |n| format!("{}-{n}", r as char)))
                 .collect()
         }
-        (None, None, None, Some(q)) => return Ok((Vec::new(), Some(q))),
+        (None, None, None, Some(q)) if (1..=MAX_SEATS as u32).contains(&q) => {
+            return Ok((Vec::new(), Some(q)))
+        }
+        (None, None, None, Some(_)) => {
+            return Err(SeatError::Invalid(format!(
+                "quantity must be 1..={MAX_SEATS}"
+            )))
+        }
         _ => {
             return Err(SeatError::Invalid(
                 "give seats, or rows with seats_per_row, or quantity".into(),
@@ -918,6 +930,9 @@ mod tests {
             serde_json::json!({"event": "e", "seats": ["A_1"]}),
             serde_json::json!({"event": "e", "seats": ["A-1"], "quantity": 3}),
             serde_json::json!({"event": "e"}),
+            serde_json::json!({"event": "e", "quantity": 0}),
+            serde_json::json!({"event": "e", "quantity": 4_000_000_000u64}),
+            serde_json::json!({"event": "e", "rows": "A-Z", "seats_per_row": 4_000_000_000u64}),
         ] {
             assert!(seat_list(&spec(bad.clone())).is_err(), "{bad} accepted");
         }
