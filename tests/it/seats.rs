@@ -559,7 +559,11 @@ async fn when_everything_is_taken_the_line_says_sold_out_and_reopens_when_seats_
     })
     .await;
     assert!(s["position"].is_null());
-    assert_eq!(app.get_event(&ev).await["stats"]["waiting"], 0);
+    // Told, not queued: the ticket is not in the line.
+    assert_eq!(
+        app.poll(&ev, s["ticket"].as_str().unwrap()).await.status(),
+        StatusCode::NOT_FOUND
+    );
     // Someone already admitted keeps their session and token while the line is sold out.
     let alice_again = app.enter_ok(&ev, "alice").await;
     assert_eq!(alice_again["status"], "admitted");
