@@ -3,7 +3,9 @@
 //! Scripts run with [`redis::Script::invoke_async`], which sends EVALSHA and loads the script
 //! on NOSCRIPT (for instance on a replica just promoted after a failover).
 
-use redis::Script;
+use redis::{Script, ScriptInvocation};
+
+use super::keys::ShowKeys;
 
 /// All Lua scripts of the service.
 pub struct Scripts {
@@ -91,6 +93,16 @@ impl Scripts {
         }
         Ok(())
     }
+}
+
+/// An invocation of a show script with the four keys every show script takes first
+/// (lua/show_lib.lua); add the script's own keys and arguments.
+pub fn with_show_keys<'a>(script: &'a Script, keys: &ShowKeys) -> ScriptInvocation<'a> {
+    let mut call = script.prepare_invoke();
+    for key in keys.core() {
+        call.key(key);
+    }
+    call
 }
 
 /// A show script: `lua/show_lib.lua` (the shared `sweep()` that lapses holds) followed by the

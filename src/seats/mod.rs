@@ -21,6 +21,7 @@ use crate::booking::{repo, BookingError, BookingMessage};
 use crate::ids::{parse_uuid, BadId, EventId, SeatId, ShowId, Ticket};
 use crate::queue::{now_ms, Queue, QueueError};
 use crate::redis::keys::ShowKeys;
+use crate::redis::scripts::with_show_keys;
 use crate::telemetry;
 
 /// How long a booking's pending record stays in Redis (it only answers GET until the ledger has
@@ -249,10 +250,7 @@ impl Sales {
             )));
         }
         let k = self.show_keys(show);
-        let mut call = self.queue.scripts.show_setup.prepare_invoke();
-        for key in k.core() {
-            call.key(key);
-        }
+        let mut call = with_show_keys(&self.queue.scripts.show_setup, &k);
         call.key(&k.order).arg(event.as_str()).arg(kind).arg(total);
         for s in &seats {
             call.arg(s);
@@ -281,10 +279,7 @@ impl Sales {
     /// The seat map, from Redis.
     pub async fn seats(&self, show: &ShowId) -> Result<SeatMap, SeatError> {
         let k = self.show_keys(show);
-        let mut call = self.queue.scripts.show_view.prepare_invoke();
-        for key in k.core() {
-            call.key(key);
-        }
+        let mut call = with_show_keys(&self.queue.scripts.show_view, &k);
         let (event, kind, total, available, _sold, flat): (
             String,
             String,
@@ -403,10 +398,7 @@ impl Sales {
         let now = now_ms();
         let ttl_ms = cfg.hold_ttl_seconds * 1000;
         let k = self.show_keys(show);
-        let mut call = self.queue.scripts.hold.prepare_invoke();
-        for key in k.core() {
-            call.key(key);
-        }
+        let mut call = with_show_keys(&self.queue.scripts.hold, &k);
         call.arg(hold_id.to_string())
             .arg(ticket.to_member())
             .arg(now)
@@ -479,10 +471,7 @@ impl Sales {
         let event = self.show_event(show).await?;
         let ticket = self.authorize(token, &event).await?;
         let k = self.show_keys(show);
-        let mut call = self.queue.scripts.release_hold.prepare_invoke();
-        for key in k.core() {
-            call.key(key);
-        }
+        let mut call = with_show_keys(&self.queue.scripts.release_hold, &k);
         let reply: Vec<i64> = call
             .arg(hold.to_string())
             .arg(ticket.to_member())
@@ -534,10 +523,7 @@ impl Sales {
                 return Err(SeatError::Forbidden("the active session has ended"));
             }
         }
-        let mut call = self.queue.scripts.book.prepare_invoke();
-        for key in k.core() {
-            call.key(key);
-        }
+        let mut call = with_show_keys(&self.queue.scripts.book, &k);
         let reply: Vec<Value> = call
             .arg(hold.to_string())
             .arg(ticket.to_member())
@@ -574,10 +560,7 @@ impl Sales {
         let started = std::time::Instant::now();
         if let Err(e) = self.producer.publish(&msg).await {
             if code == 1 {
-                let mut undo = self.queue.scripts.unbook.prepare_invoke();
-                for key in k.core() {
-                    undo.key(key);
-                }
+                let mut undo = with_show_keys(&self.queue.scripts.unbook, &k);
                 let undone: Result<i64, _> = undo
                     .arg(hold.to_string())
                     .arg(booking_id.to_string())
@@ -679,10 +662,7 @@ impl Sales {
 
     async fn settle(&self, show: &ShowId, pairs: &[String]) -> Result<u64, SeatError> {
         let k = self.show_keys(show);
-        let mut call = self.queue.scripts.settle.prepare_invoke();
-        for key in k.core() {
-            call.key(key);
-        }
+        let mut call = with_show_keys(&self.queue.scripts.settle, &k);
         call.arg(now_ms());
         for a in pairs {
             call.arg(a);
@@ -768,10 +748,7 @@ impl Sales {
             let mut conn = self.queue.conn.clone();
             let script = &self.queue.scripts.show_sweep;
             async move {
-                let mut call = script.prepare_invoke();
-                for key in k.core() {
-                    call.key(key);
-                }
+                let mut call = with_show_keys(script, &k);
                 call.arg(now).invoke_async::<(u64, u64)>(&mut conn).await
             }
         });

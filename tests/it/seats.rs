@@ -83,6 +83,15 @@ async fn hold(app: &TestApp, show: &str, token: &str, body: Value) -> Response {
         .unwrap()
 }
 
+async fn release(app: &TestApp, show: &str, token: &str, hold_id: &str) -> Response {
+    app.http
+        .delete(format!("{}/v1/shows/{show}/holds/{hold_id}", app.base))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+}
+
 async fn book(app: &TestApp, show: &str, token: &str, hold_id: &str) -> Response {
     app.http
         .post(format!("{}/v1/shows/{show}/bookings", app.base))
@@ -240,17 +249,7 @@ async fn a_lapsed_hold_frees_its_seats_and_cannot_be_booked() {
     // Released holds are gone too.
     let r = hold(&app, &show, &token, json!({"seats": ["A-2"]})).await;
     let h: Value = r.json().await.unwrap();
-    let del = app
-        .http
-        .delete(format!(
-            "{}/v1/shows/{show}/holds/{}",
-            app.base,
-            h["hold_id"].as_str().unwrap()
-        ))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap();
+    let del = release(&app, &show, &token, h["hold_id"].as_str().unwrap()).await;
     assert_eq!(del.status(), StatusCode::NO_CONTENT);
     assert_eq!(seat_states(&app, &show).await["A-2"], "available");
     assert_error(
@@ -569,17 +568,7 @@ async fn when_everything_is_taken_the_line_says_sold_out_and_reopens_when_seats_
     assert_eq!(alice_again["status"], "admitted");
     assert!(alice_again["access_token"].is_string());
     // The hold is released: seats are back, the line takes people again.
-    let del = app
-        .http
-        .delete(format!(
-            "{}/v1/shows/{show}/holds/{}",
-            app.base,
-            h["hold_id"].as_str().unwrap()
-        ))
-        .bearer_auth(&alice)
-        .send()
-        .await
-        .unwrap();
+    let del = release(&app, &show, &alice, h["hold_id"].as_str().unwrap()).await;
     assert_eq!(del.status(), StatusCode::NO_CONTENT);
     eventually(Duration::from_secs(5), "reopened", || async {
         (app.enter_ok(&ev, "carol").await["status"] != "sold_out").then_some(())
