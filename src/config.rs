@@ -36,6 +36,8 @@ pub enum Command {
     Reconcile(Box<ReconcileArgs>),
     /// Apply the database migrations and exit.
     Migrate(DbConfig),
+    /// Play a sale against a running service over HTTP and report throughput and the audit.
+    Loadgen(Box<crate::bench::loadgen::LoadgenArgs>),
     /// Measure confirmed seats per second into PostgreSQL through Kafka (docs/benchmarks.md).
     LedgerBench(Box<crate::bench::ledger::LedgerBenchArgs>),
     /// Measure each ordering strategy's position error and Redis cost (docs/ordering.md).

@@ -60,6 +60,7 @@ async fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
+        Command::Loadgen(args) => waitroom::bench::loadgen::run(*args).await.map(|_| ()),
         Command::LedgerBench(args) => waitroom::bench::ledger::run(*args).await.map(|_| ()),
         Command::OrderingBench(args) => waitroom::bench::ordering::run(args).await.map(|_| ()),
     }

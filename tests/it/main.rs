@@ -6,6 +6,7 @@ mod common;
 mod errors;
 mod failover;
 mod instances;
+mod loadgen;
 mod ops;
 mod queue;
 mod reads;
