@@ -23,6 +23,15 @@ pub fn router() -> Router<AppState> {
         .route("/admin/v1/shows/{show}", put(put_show))
 }
 
+/// 201 for a PUT that created the resource, 200 for one that updated it.
+fn created_or_ok(created: bool) -> StatusCode {
+    if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    }
+}
+
 /// Proof that the request carried the admin token.
 pub struct Admin;
 
@@ -56,11 +65,7 @@ async fn put_event(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let event = EventId::parse(&event)?;
     let (config, created) = state.queue.put_event(&event, &patch).await?;
-    let status = if created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
+    let status = created_or_ok(created);
     Ok((
         status,
         Json(json!({"event": event.as_str(), "config": config})),
@@ -116,11 +121,7 @@ async fn put_show(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let show = ShowId::parse(&show)?;
     let (out, created) = state.sales.put_show(&show, &spec).await?;
-    let status = if created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
+    let status = created_or_ok(created);
     Ok((
         status,
         Json(serde_json::to_value(out).expect("show serializes")),
