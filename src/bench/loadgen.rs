@@ -77,6 +77,13 @@ pub struct LoadgenArgs {
     /// Give up on users still waiting after this long, seconds.
     #[arg(long, default_value_t = 300)]
     pub max_seconds: u64,
+    /// Redis nodes to read INFO from (ops/s and memory of the primaries during the run).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "redis://127.0.0.1:7000,redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003,redis://127.0.0.1:7004,redis://127.0.0.1:7005"
+    )]
+    pub redis_nodes: Vec<String>,
     /// Write the report as JSON here too.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -130,6 +137,11 @@ pub struct LoadReport {
     pub oversold: u64,
     /// Answers 5xx.
     pub server_errors: u64,
+    /// Commands per second processed by the Redis primaries during the run.
+    pub redis_ops_per_second: f64,
+    /// Redis memory (primaries) per waiting user, measured with everyone entered and admission
+    /// still held back: all keys of the line included.
+    pub redis_bytes_per_waiting_user: Option<f64>,
 }
 
 #[derive(Default)]
@@ -153,6 +165,8 @@ struct Ctx {
     gate: Semaphore,
     stats: Mutex<Stats>,
     deadline: Instant,
+    /// Users whose enter has been answered.
+    entered: std::sync::atomic::AtomicUsize,
 }
 
 impl Ctx {
@@ -188,7 +202,10 @@ impl Ctx {
             .http
             .post(format!("{}/v1/events/{}/queue", self.base, self.event))
             .json(&json!({"user_id": format!("lg{i}")}));
-        let Some((200, mut status)) = self.call("enter", enter).await else {
+        let entered = self.call("enter", enter).await;
+        self.entered
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some((200, mut status)) = entered else {
             return;
         };
         let ticket = status["ticket"].as_str().unwrap_or_default().to_owned();
@@ -282,7 +299,7 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
     };
     let r = admin(
         format!("/admin/v1/events/{event}"),
-        json!({"shards": args.shards, "admit_per_second": args.admit_per_second,
+        json!({"shards": args.shards, "admit_per_second": 0,
                "active_capacity": 10_000_000, "strategy": args.strategy, "max_seats_per_hold": 4}),
     )
     .await
@@ -309,6 +326,7 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
         .flat_map(|r| (1..=50).map(move |n| format!("{}-{n}", (b'A' + r as u8) as char)))
         .collect();
 
+    let before = redis_figures(&args.redis_nodes).await;
     let start = Instant::now();
     let ctx = Arc::new(Ctx {
         http: http.clone(),
@@ -319,6 +337,7 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
         gate: Semaphore::new(args.concurrency),
         stats: Mutex::new(Stats::default()),
         deadline: start + Duration::from_secs(args.max_seconds),
+        entered: std::sync::atomic::AtomicUsize::new(0),
         args: args.clone(),
     });
     let users: Vec<_> = (0..args.users)
@@ -331,9 +350,32 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
             })
         })
         .collect();
+    // Admission is held back until everyone has entered (or a minute has passed), so the line's
+    // memory is measured with all of them in it; then it opens at the configured rate.
+    let opener = {
+        let (ctx, args, http, event) = (ctx.clone(), args.clone(), http.clone(), ctx.event.clone());
+        tokio::spawn(async move {
+            let t = Instant::now();
+            while ctx.entered.load(std::sync::atomic::Ordering::Relaxed) < args.users
+                && t.elapsed() < Duration::from_secs(60)
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let full = redis_figures(&args.redis_nodes).await;
+            let _ = http
+                .put(format!("{}/admin/v1/events/{event}", args.url))
+                .bearer_auth(&args.admin_token)
+                .json(&json!({"admit_per_second": args.admit_per_second}))
+                .send()
+                .await;
+            full
+        })
+    };
     for u in users {
         let _ = u.await;
     }
+    let full = opener.await.ok().flatten();
+    let after = redis_figures(&args.redis_nodes).await;
     let seconds = start.elapsed().as_secs_f64();
 
     // The audit: every 201 followed to its decision; seats in two confirmed bookings.
@@ -413,12 +455,61 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
         not_confirmed,
         oversold,
         server_errors,
+        redis_ops_per_second: match (&before, &after) {
+            (Some(b), Some(a)) => a.commands.saturating_sub(b.commands) as f64 / seconds,
+            _ => 0.0,
+        },
+        redis_bytes_per_waiting_user: match (&before, &full) {
+            (Some(b), Some(f)) if args.users > 0 => {
+                Some((f.memory as f64 - b.memory as f64) / args.users as f64)
+            }
+            _ => None,
+        },
     };
     print_report(&report);
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_vec_pretty(&report)?)?;
     }
     Ok(report)
+}
+
+/// Totals over the Redis primaries.
+#[derive(Debug, Clone, Copy)]
+struct RedisFigures {
+    commands: u64,
+    memory: u64,
+}
+
+/// Commands processed and memory used, summed over the primaries (None if Redis cannot be read).
+async fn redis_figures(nodes: &[String]) -> Option<RedisFigures> {
+    let mut total = RedisFigures {
+        commands: 0,
+        memory: 0,
+    };
+    let field = |info: &str, name: &str| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    for url in nodes {
+        let client = redis::Client::open(url.as_str()).ok()?;
+        let connect = client.get_multiplexed_async_connection();
+        let mut c = tokio::time::timeout(Duration::from_secs(2), connect)
+            .await
+            .ok()?
+            .ok()?;
+        let info: String = redis::cmd("INFO")
+            .arg("everything")
+            .query_async(&mut c)
+            .await
+            .ok()?;
+        if info.contains("role:master") {
+            total.commands += field(&info, "total_commands_processed:");
+            total.memory += field(&info, "used_memory:");
+        }
+    }
+    Some(total)
 }
 
 /// When user `i` of `n` arrives.
@@ -455,6 +546,13 @@ fn print_report(r: &LoadReport) {
     println!(
         "\nadmitted {} at {:.0}/s (configured {:.0}/s); sold out told {}; gave up {}",
         r.admitted, r.admitted_per_second, r.configured_admit_per_second, r.sold_out, r.gave_up
+    );
+    println!(
+        "redis primaries: {:.0} commands/s during the run; {} bytes per waiting user",
+        r.redis_ops_per_second,
+        r.redis_bytes_per_waiting_user
+            .map(|b| format!("{b:.0}"))
+            .unwrap_or_else(|| "n/a".into())
     );
     println!(
         "sale audit: {} bookings answered 201, {} confirmed, {} not confirmed, {} seats oversold; {} answers 5xx",
