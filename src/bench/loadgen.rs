@@ -137,6 +137,10 @@ pub struct LoadReport {
     pub oversold: u64,
     /// Answers 5xx.
     pub server_errors: u64,
+    /// Seconds from the start until every user's enter was answered.
+    pub enter_phase_seconds: f64,
+    /// Enters answered per second during that phase (users ÷ enter phase).
+    pub enter_per_second: f64,
     /// Commands per second processed by the Redis primaries during the run.
     pub redis_ops_per_second: f64,
     /// Redis memory (primaries) per waiting user, measured with everyone entered and admission
@@ -361,6 +365,7 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
             {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
+            let enter_phase = t.elapsed();
             let full = redis_figures(&args.redis_nodes).await;
             let _ = http
                 .put(format!("{}/admin/v1/events/{event}", args.url))
@@ -368,13 +373,13 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
                 .json(&json!({"admit_per_second": args.admit_per_second}))
                 .send()
                 .await;
-            full
+            (full, enter_phase)
         })
     };
     for u in users {
         let _ = u.await;
     }
-    let full = opener.await.ok().flatten();
+    let (full, enter_phase) = opener.await.unwrap_or((None, Duration::ZERO));
     let after = redis_figures(&args.redis_nodes).await;
     let seconds = start.elapsed().as_secs_f64();
 
@@ -455,6 +460,8 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
         not_confirmed,
         oversold,
         server_errors,
+        enter_phase_seconds: enter_phase.as_secs_f64(),
+        enter_per_second: args.users as f64 / enter_phase.as_secs_f64().max(1e-9),
         redis_ops_per_second: match (&before, &after) {
             (Some(b), Some(a)) => a.commands.saturating_sub(b.commands) as f64 / seconds,
             _ => 0.0,
@@ -544,7 +551,11 @@ fn print_report(r: &LoadReport) {
         );
     }
     println!(
-        "\nadmitted {} at {:.0}/s (configured {:.0}/s); sold out told {}; gave up {}",
+        "\nall {} entered in {:.2} s ({:.0} enters/s)",
+        r.users, r.enter_phase_seconds, r.enter_per_second
+    );
+    println!(
+        "admitted {} at {:.0}/s (configured {:.0}/s); sold out told {}; gave up {}",
         r.admitted, r.admitted_per_second, r.configured_admit_per_second, r.sold_out, r.gave_up
     );
     println!(
