@@ -7,8 +7,14 @@
 //! their slot back. In-flight requests are bounded (a connection pool, not a thread per user).
 //!
 //! It reports request counts and latency percentiles per route, answers by status, the
-//! admission rate achieved against the configured one, and the sale audit: every 201 booking
-//! followed to its final status, and seats sold more than once (must be 0).
+//! admission rate achieved against the configured one, admission-order inversions, Redis
+//! commands and memory, the position error the service sampled, and the sale audit: every 201
+//! booking followed to its final status, and seats sold more than once (must be 0).
+//!
+//! Admission is held back until everyone has entered, so the line's memory is read with all of
+//! them in it. With `--poll-phase-seconds`, a poll benchmark runs at that point too (nobody is
+//! admitted meanwhile): at `--poll-rate` polls per second, open loop with latency measured from
+//! each poll's intended start, or closed loop at full speed when the rate is 0.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,7 +26,7 @@ use hdrhistogram::Histogram;
 use rand::Rng as _;
 use serde::Serialize;
 use serde_json::{json, Value};
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 
 use crate::config::DEV_ADMIN_TOKEN;
 
@@ -84,6 +90,16 @@ pub struct LoadgenArgs {
         default_value = "redis://127.0.0.1:7000,redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003,redis://127.0.0.1:7004,redis://127.0.0.1:7005"
     )]
     pub redis_nodes: Vec<String>,
+    /// Length of the poll benchmark run with everyone waiting, before admission opens (0: none).
+    #[arg(long, default_value_t = 0.0)]
+    pub poll_phase_seconds: f64,
+    /// Polls per second in the poll benchmark, open loop; 0 polls as fast as `--concurrency`
+    /// requests in flight allow.
+    #[arg(long, default_value_t = 0.0)]
+    pub poll_rate: f64,
+    /// Process id of the service, when it runs on this machine: its CPU time is reported.
+    #[arg(long)]
+    pub service_pid: Option<u32>,
     /// Write the report as JSON here too.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -146,6 +162,115 @@ pub struct LoadReport {
     /// Redis memory (primaries) per waiting user, measured with everyone entered and admission
     /// still held back: all keys of the line included.
     pub redis_bytes_per_waiting_user: Option<f64>,
+    /// Highest `used_memory` summed over the primaries, sampled every second.
+    pub redis_peak_memory_bytes: u64,
+    /// The poll benchmark, when one ran (route `poll-phase`, per second over its own length).
+    pub poll_phase: Option<PollPhaseReport>,
+    /// Admission-order inversions among admitted users (see [`inversions`]).
+    pub inversions: Inversions,
+    /// Position error the service's sampler recorded during the run, per strategy.
+    pub position_error: Vec<PositionError>,
+    /// CPU seconds spent during the run, per process group: where the machine's time went.
+    pub cpu: CpuSeconds,
+}
+
+/// CPU seconds (user + system) used during the run.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct CpuSeconds {
+    /// The load generator itself.
+    pub loadgen: Option<f64>,
+    /// The service (`--service-pid`).
+    pub service: Option<f64>,
+    /// Every Redis node listed (INFO `used_cpu_user` + `used_cpu_sys`), replicas included.
+    pub redis: Option<f64>,
+}
+
+/// The poll benchmark's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct PollPhaseReport {
+    /// Polls per second asked for (0: as fast as possible).
+    pub target_per_second: f64,
+    /// Latency and answers; latency counts from each poll's intended start.
+    pub route: RouteReport,
+}
+
+/// Position error sampled by the service (`waitroom_position_error`), the run's share.
+#[derive(Debug, Clone, Serialize)]
+pub struct PositionError {
+    /// Strategy label.
+    pub strategy: String,
+    /// Samples.
+    pub samples: u64,
+    /// Mean error, places.
+    pub mean: f64,
+    /// Upper bound of the histogram bucket holding the 99th percentile, places.
+    pub p99_at_most: f64,
+}
+
+/// Pairs of admitted users where one was surely in line before the other (its enter was
+/// answered before the other's was sent) yet was let in by a later admission tick.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Inversions {
+    /// Admitted users compared.
+    pub users: u64,
+    /// Ordered pairs inverted.
+    pub pairs: u64,
+    /// Users let in before at least one person who was surely ahead of them.
+    pub users_jumped_ahead: u64,
+}
+
+/// One admitted user's timeline: enter sent and answered (µs from the start, the load
+/// generator's clock) and the admission tick's time (ms, the service's clock).
+#[derive(Debug, Clone, Copy)]
+pub struct Admission {
+    /// Enter request sent.
+    pub sent_us: u64,
+    /// Enter answer received.
+    pub answered_us: u64,
+    /// `admitted_at_ms` from the service.
+    pub admitted_at_ms: u64,
+}
+
+/// Counts inversions in O(n log n): for each user B in order of sending, the users A answered
+/// before B was sent whose admission tick is later than B's. Clocks are never compared across
+/// machines: enter times with enter times, admission times with admission times.
+pub fn inversions(users: &[Admission]) -> Inversions {
+    let mut ticks: Vec<u64> = users.iter().map(|u| u.admitted_at_ms).collect();
+    ticks.sort_unstable();
+    ticks.dedup();
+    let rank = |t: u64| ticks.partition_point(|x| *x < t);
+    let mut by_answer: Vec<&Admission> = users.iter().collect();
+    by_answer.sort_unstable_by_key(|u| u.answered_us);
+    let mut by_send: Vec<&Admission> = users.iter().collect();
+    by_send.sort_unstable_by_key(|u| u.sent_us);
+    // Fenwick tree over tick ranks: how many users already known to be ahead hold each tick.
+    let mut tree = vec![0u64; ticks.len() + 1];
+    let (mut inserted, mut next) = (0u64, 0usize);
+    let mut out = Inversions {
+        users: users.len() as u64,
+        ..Inversions::default()
+    };
+    for b in by_send {
+        while next < by_answer.len() && by_answer[next].answered_us < b.sent_us {
+            let mut i = rank(by_answer[next].admitted_at_ms) + 1;
+            while i < tree.len() {
+                tree[i] += 1;
+                i += i & i.wrapping_neg();
+            }
+            inserted += 1;
+            next += 1;
+        }
+        // Known to be ahead of B and admitted at or before B's tick.
+        let (mut i, mut not_later) = (rank(b.admitted_at_ms) + 1, 0u64);
+        while i > 0 {
+            not_later += tree[i];
+            i -= i & i.wrapping_neg();
+        }
+        let later = inserted - not_later;
+        out.pairs += later;
+        out.users_jumped_ahead += u64::from(later > 0);
+    }
+    out
 }
 
 #[derive(Default)]
@@ -157,6 +282,9 @@ struct Stats {
     sold_out: u64,
     gave_up: u64,
     bookings: Vec<(String, Vec<String>)>,
+    admissions: Vec<Admission>,
+    /// Tickets of waiting users, for the poll benchmark.
+    tickets: Vec<String>,
 }
 
 struct Ctx {
@@ -171,6 +299,11 @@ struct Ctx {
     deadline: Instant,
     /// Users whose enter has been answered.
     entered: std::sync::atomic::AtomicUsize,
+    start: Instant,
+    /// Highest memory of the Redis primaries seen so far.
+    peak_memory: std::sync::atomic::AtomicU64,
+    /// Turns true when users may start polling (at once, unless a poll benchmark runs first).
+    polling: watch::Receiver<bool>,
 }
 
 impl Ctx {
@@ -180,8 +313,19 @@ impl Ctx {
         route: &'static str,
         req: reqwest::RequestBuilder,
     ) -> Option<(u16, Value)> {
+        self.call_from(route, req, None).await
+    }
+
+    /// One request timed from `since` (its intended start, waiting for the gate included) or,
+    /// without it, from when the gate let it through.
+    async fn call_from(
+        &self,
+        route: &'static str,
+        req: reqwest::RequestBuilder,
+        since: Option<Instant>,
+    ) -> Option<(u16, Value)> {
         let _permit = self.gate.acquire().await.ok()?;
-        let t = Instant::now();
+        let t = since.unwrap_or_else(Instant::now);
         let resp = req.send().await;
         let micros = t.elapsed().as_micros() as u64;
         let (status, body) = match resp {
@@ -206,13 +350,25 @@ impl Ctx {
             .http
             .post(format!("{}/v1/events/{}/queue", self.base, self.event))
             .json(&json!({"user_id": format!("lg{i}")}));
+        let sent_us = self.start.elapsed().as_micros() as u64;
         let entered = self.call("enter", enter).await;
-        self.entered
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let answered_us = self.start.elapsed().as_micros() as u64;
         let Some((200, mut status)) = entered else {
+            self.entered
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return;
         };
         let ticket = status["ticket"].as_str().unwrap_or_default().to_owned();
+        if self.args.poll_phase_seconds > 0.0 {
+            self.stats
+                .lock()
+                .expect("stats")
+                .tickets
+                .push(ticket.clone());
+        }
+        self.entered
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let _ = self.polling.clone().wait_for(|open| *open).await;
         loop {
             match status["status"].as_str() {
                 Some("admitted") => break,
@@ -245,6 +401,13 @@ impl Ctx {
             let now = Instant::now();
             st.first_admit.get_or_insert(now);
             st.last_admit = Some(now);
+            if let Some(admitted_at_ms) = status["admitted_at_ms"].as_u64() {
+                st.admissions.push(Admission {
+                    sent_us,
+                    answered_us,
+                    admitted_at_ms,
+                });
+            }
         }
         let token = status["access_token"]
             .as_str()
@@ -331,7 +494,13 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
         .collect();
 
     let before = redis_figures(&args.redis_nodes).await;
+    let cpu_before = (
+        process_cpu("self"),
+        args.service_pid.and_then(|p| process_cpu(&p.to_string())),
+    );
+    let errors_before = position_errors(&http, &args.url).await;
     let start = Instant::now();
+    let (open_polling, polling) = watch::channel(args.poll_phase_seconds <= 0.0);
     let ctx = Arc::new(Ctx {
         http: http.clone(),
         base: args.url.clone(),
@@ -342,8 +511,17 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
         stats: Mutex::new(Stats::default()),
         deadline: start + Duration::from_secs(args.max_seconds),
         entered: std::sync::atomic::AtomicUsize::new(0),
+        start,
+        peak_memory: std::sync::atomic::AtomicU64::new(0),
+        polling,
         args: args.clone(),
     });
+    let stop_watching = tokio_util::sync::CancellationToken::new();
+    let watcher = tokio::spawn(watch_run(
+        ctx.clone(),
+        args.redis_nodes.clone(),
+        stop_watching.clone(),
+    ));
     let users: Vec<_> = (0..args.users)
         .map(|i| {
             let at = arrival(args.arrivals, i, args.users, args.arrival_seconds);
@@ -367,21 +545,35 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
             }
             let enter_phase = t.elapsed();
             let full = redis_figures(&args.redis_nodes).await;
+            let phase = if args.poll_phase_seconds > 0.0 {
+                Some(poll_phase(&ctx).await)
+            } else {
+                None
+            };
+            let _ = open_polling.send(true);
             let _ = http
                 .put(format!("{}/admin/v1/events/{event}", args.url))
                 .bearer_auth(&args.admin_token)
                 .json(&json!({"admit_per_second": args.admit_per_second}))
                 .send()
                 .await;
-            (full, enter_phase)
+            (full, enter_phase, phase)
         })
     };
     for u in users {
         let _ = u.await;
     }
-    let (full, enter_phase) = opener.await.unwrap_or((None, Duration::ZERO));
+    let (full, enter_phase, phase) = opener.await.unwrap_or((None, Duration::ZERO, None));
     let after = redis_figures(&args.redis_nodes).await;
+    let cpu_after = (
+        process_cpu("self"),
+        args.service_pid.and_then(|p| process_cpu(&p.to_string())),
+    );
     let seconds = start.elapsed().as_secs_f64();
+    stop_watching.cancel();
+    let _ = watcher.await;
+    let peak_memory = ctx.peak_memory.load(std::sync::atomic::Ordering::Relaxed);
+    let errors_after = position_errors(&http, &args.url).await;
 
     // The audit: every 201 followed to its decision; seats in two confirmed bookings.
     let bookings = std::mem::take(&mut ctx.stats.lock().expect("stats").bookings);
@@ -421,17 +613,17 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
     let mut routes: Vec<RouteReport> = st
         .routes
         .iter()
-        .map(|(name, (h, codes))| RouteReport {
-            route: (*name).to_owned(),
-            requests: h.len(),
-            per_second: h.len() as f64 / seconds,
-            p50_ms: h.value_at_quantile(0.5) as f64 / 1000.0,
-            p99_ms: h.value_at_quantile(0.99) as f64 / 1000.0,
-            p999_ms: h.value_at_quantile(0.999) as f64 / 1000.0,
-            statuses: codes.clone(),
-        })
+        .filter(|(name, _)| **name != POLL_PHASE)
+        .map(|(name, (h, codes))| route_report(name, h, codes, seconds))
         .collect();
     routes.sort_by(|a, b| a.route.cmp(&b.route));
+    let poll_phase = match (phase, st.routes.get(POLL_PHASE)) {
+        (Some(length), Some((h, codes))) => Some(PollPhaseReport {
+            target_per_second: args.poll_rate,
+            route: route_report(POLL_PHASE, h, codes, length.as_secs_f64()),
+        }),
+        _ => None,
+    };
     let server_errors = routes
         .iter()
         .flat_map(|r| r.statuses.iter())
@@ -472,6 +664,15 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
             }
             _ => None,
         },
+        redis_peak_memory_bytes: peak_memory,
+        poll_phase,
+        inversions: inversions(&st.admissions),
+        position_error: error_delta(&errors_before, &errors_after),
+        cpu: CpuSeconds {
+            loadgen: cpu_before.0.zip(cpu_after.0).map(|(b, a)| a - b),
+            service: cpu_before.1.zip(cpu_after.1).map(|(b, a)| a - b),
+            redis: before.zip(after).map(|(b, a)| a.cpu - b.cpu),
+        },
     };
     print_report(&report);
     if let Some(path) = &args.json {
@@ -480,11 +681,197 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
     Ok(report)
 }
 
-/// Totals over the Redis primaries.
+/// Route name of the poll benchmark.
+const POLL_PHASE: &str = "poll-phase";
+
+fn route_report(
+    name: &str,
+    h: &Histogram<u64>,
+    codes: &HashMap<u16, u64>,
+    seconds: f64,
+) -> RouteReport {
+    RouteReport {
+        route: name.to_owned(),
+        requests: h.len(),
+        per_second: h.len() as f64 / seconds.max(1e-9),
+        p50_ms: h.value_at_quantile(0.5) as f64 / 1000.0,
+        p99_ms: h.value_at_quantile(0.99) as f64 / 1000.0,
+        p999_ms: h.value_at_quantile(0.999) as f64 / 1000.0,
+        statuses: codes.clone(),
+    }
+}
+
+/// The poll benchmark: polls of random waiting tickets for `--poll-phase-seconds`. Returns its
+/// length.
+async fn poll_phase(ctx: &Arc<Ctx>) -> Duration {
+    let tickets: Arc<Vec<String>> = Arc::new(std::mem::take(
+        &mut ctx.stats.lock().expect("stats").tickets,
+    ));
+    let t0 = Instant::now();
+    if tickets.is_empty() {
+        return Duration::ZERO;
+    }
+    let end = t0 + Duration::from_secs_f64(ctx.args.poll_phase_seconds);
+    let poll = |ctx: Arc<Ctx>, tickets: Arc<Vec<String>>, since: Option<Instant>| async move {
+        let t = &tickets[rand::rng().random_range(0..tickets.len())];
+        let req = ctx
+            .http
+            .get(format!("{}/v1/events/{}/queue/{t}", ctx.base, ctx.event));
+        ctx.call_from(POLL_PHASE, req, since).await;
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    if ctx.args.poll_rate > 0.0 {
+        // Open loop: the k-th poll is due at k / rate whatever happened to the others; its
+        // latency counts from then, so a slow service is not hidden by fewer polls.
+        for k in 0u64.. {
+            let due = t0 + Duration::from_secs_f64(k as f64 / ctx.args.poll_rate);
+            if due >= end {
+                break;
+            }
+            tokio::time::sleep_until(due.into()).await;
+            tasks.spawn(poll(ctx.clone(), tickets.clone(), Some(due)));
+            while tasks.try_join_next().is_some() {}
+        }
+    } else {
+        // Closed loop at full speed: as many pollers as requests may be in flight.
+        for _ in 0..ctx.args.concurrency {
+            let (ctx, tickets) = (ctx.clone(), tickets.clone());
+            tasks.spawn(async move {
+                while Instant::now() < end {
+                    poll(ctx.clone(), tickets.clone(), None).await;
+                }
+            });
+        }
+    }
+    while tasks.join_next().await.is_some() {}
+    t0.elapsed()
+}
+
+/// Every second: the peak memory of the Redis primaries, and a progress bar on a terminal.
+async fn watch_run(ctx: Arc<Ctx>, nodes: Vec<String>, stop: tokio_util::sync::CancellationToken) {
+    let bar = indicatif::ProgressBar::new(ctx.args.users as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{elapsed_precise} entered {pos}/{len} {wide_bar} {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    loop {
+        if let Some(f) = redis_figures(&nodes).await {
+            ctx.peak_memory
+                .fetch_max(f.memory, std::sync::atomic::Ordering::Relaxed);
+        }
+        bar.set_position(ctx.entered.load(std::sync::atomic::Ordering::Relaxed) as u64);
+        let (admitted, bookings) = {
+            let st = ctx.stats.lock().expect("stats");
+            (st.admitted, st.bookings.len())
+        };
+        bar.set_message(format!("admitted {admitted}, booked {bookings}"));
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+    bar.finish_and_clear();
+}
+
+/// The service's `waitroom_position_error` histogram: per strategy, (bucket bounds with
+/// cumulative counts, sum, count). Empty when /metrics cannot be read.
+type ErrorHistograms = HashMap<String, (Vec<(f64, u64)>, f64, u64)>;
+
+async fn position_errors(http: &reqwest::Client, base: &str) -> ErrorHistograms {
+    let text = match http.get(format!("{base}/metrics")).send().await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(_) => return HashMap::new(),
+    };
+    parse_position_errors(&text)
+}
+
+fn parse_position_errors(text: &str) -> ErrorHistograms {
+    let mut out: ErrorHistograms = HashMap::new();
+    let label = |line: &str, name: &str| -> Option<String> {
+        let at = line.find(&format!("{name}=\""))? + name.len() + 2;
+        Some(line[at..].split('"').next()?.to_owned())
+    };
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(crate::telemetry::POSITION_ERROR) else {
+            continue;
+        };
+        let (Some(strategy), Some(value)) = (
+            label(line, "strategy"),
+            line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()),
+        ) else {
+            continue;
+        };
+        let entry = out.entry(strategy).or_default();
+        if rest.starts_with("_bucket") {
+            let le =
+                label(line, "le").map_or(f64::INFINITY, |l| l.parse().unwrap_or(f64::INFINITY));
+            entry.0.push((le, value as u64));
+        } else if rest.starts_with("_sum") {
+            entry.1 = value;
+        } else if rest.starts_with("_count") {
+            entry.2 = value as u64;
+        }
+    }
+    out
+}
+
+/// The run's share of the histograms: after minus before.
+fn error_delta(before: &ErrorHistograms, after: &ErrorHistograms) -> Vec<PositionError> {
+    let mut out: Vec<PositionError> = after
+        .iter()
+        .filter_map(|(strategy, (buckets, sum, count))| {
+            let (b_buckets, b_sum, b_count) = before.get(strategy).cloned().unwrap_or_default();
+            let samples = count.saturating_sub(b_count);
+            if samples == 0 {
+                return None;
+            }
+            let mut buckets: Vec<(f64, u64)> = buckets
+                .iter()
+                .map(|(le, n)| {
+                    let was = b_buckets
+                        .iter()
+                        .find(|(l, _)| l == le)
+                        .map_or(0, |(_, n)| *n);
+                    (*le, n.saturating_sub(was))
+                })
+                .collect();
+            buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let need = (samples as f64 * 0.99).ceil() as u64;
+            let p99_at_most = buckets
+                .iter()
+                .find(|(_, n)| *n >= need)
+                .map_or(f64::INFINITY, |(le, _)| *le);
+            Some(PositionError {
+                strategy: strategy.clone(),
+                samples,
+                mean: (sum - b_sum) / samples as f64,
+                p99_at_most,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.strategy.cmp(&b.strategy));
+    out
+}
+
+/// User + system CPU seconds of a process (`self` or a pid) from /proc; None off Linux.
+fn process_cpu(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name; in clock
+    // ticks, 100 per second on Linux.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
+/// Totals over the Redis primaries (commands, memory) and over every node (CPU).
 #[derive(Debug, Clone, Copy)]
 struct RedisFigures {
     commands: u64,
     memory: u64,
+    cpu: f64,
 }
 
 /// Commands processed and memory used, summed over the primaries (None if Redis cannot be read).
@@ -492,6 +879,7 @@ async fn redis_figures(nodes: &[String]) -> Option<RedisFigures> {
     let mut total = RedisFigures {
         commands: 0,
         memory: 0,
+        cpu: 0.0,
     };
     let field = |info: &str, name: &str| -> u64 {
         info.lines()
@@ -514,6 +902,13 @@ async fn redis_figures(nodes: &[String]) -> Option<RedisFigures> {
         if info.contains("role:master") {
             total.commands += field(&info, "total_commands_processed:");
             total.memory += field(&info, "used_memory:");
+        }
+        for name in ["used_cpu_user:", "used_cpu_sys:"] {
+            total.cpu += info
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(0.0);
         }
     }
     Some(total)
@@ -565,6 +960,42 @@ fn print_report(r: &LoadReport) {
             .map(|b| format!("{b:.0}"))
             .unwrap_or_else(|| "n/a".into())
     );
+    if let Some(p) = &r.poll_phase {
+        println!(
+            "poll benchmark ({}): {} polls at {:.0}/s, p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms",
+            if p.target_per_second > 0.0 {
+                format!("open loop, {:.0}/s asked", p.target_per_second)
+            } else {
+                "closed loop, full speed".to_owned()
+            },
+            p.route.requests,
+            p.route.per_second,
+            p.route.p50_ms,
+            p.route.p99_ms,
+            p.route.p999_ms
+        );
+    }
+    println!(
+        "admission order: {} admitted users compared, {} inverted pairs, {} users let in before someone surely ahead",
+        r.inversions.users, r.inversions.pairs, r.inversions.users_jumped_ahead
+    );
+    for e in &r.position_error {
+        println!(
+            "position error sampled by the service ({}): {} samples, mean {:.1}, p99 <= {}",
+            e.strategy, e.samples, e.mean, e.p99_at_most
+        );
+    }
+    println!(
+        "redis primaries: peak memory {} bytes",
+        r.redis_peak_memory_bytes
+    );
+    let secs = |c: Option<f64>| c.map_or_else(|| "n/a".to_owned(), |c| format!("{c:.1} s"));
+    println!(
+        "cpu during the run: loadgen {}, service {}, redis (all nodes) {}",
+        secs(r.cpu.loadgen),
+        secs(r.cpu.service),
+        secs(r.cpu.redis)
+    );
     println!(
         "sale audit: {} bookings answered 201, {} confirmed, {} not confirmed, {} seats oversold; {} answers 5xx",
         r.bookings, r.confirmed, r.not_confirmed, r.oversold, r.server_errors
@@ -587,5 +1018,82 @@ mod tests {
             arrival(Profile::Ramp, 25, 100, 10.0),
             Duration::from_secs(5)
         );
+    }
+
+    fn adm(sent_us: u64, answered_us: u64, admitted_at_ms: u64) -> Admission {
+        Admission {
+            sent_us,
+            answered_us,
+            admitted_at_ms,
+        }
+    }
+
+    /// The definition, pair by pair, to check the O(n log n) count against.
+    fn inverted_pairs_naive(users: &[Admission]) -> u64 {
+        let mut n = 0;
+        for a in users {
+            for b in users {
+                if a.answered_us < b.sent_us && b.admitted_at_ms < a.admitted_at_ms {
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+
+    #[test]
+    fn inversions_count_only_pairs_whose_order_is_certain() {
+        // In order: nothing inverted.
+        let fair = [adm(0, 10, 100), adm(20, 30, 100), adm(40, 50, 200)];
+        assert_eq!(inversions(&fair).pairs, 0);
+        // The third came surely after the first two but was let in by an earlier tick.
+        let unfair = [adm(0, 10, 200), adm(20, 30, 200), adm(40, 50, 100)];
+        let got = inversions(&unfair);
+        assert_eq!((got.pairs, got.users_jumped_ahead, got.users), (2, 1, 3));
+        // Overlapping enters have no certain order: not counted either way.
+        let overlapping = [adm(0, 50, 200), adm(10, 60, 100)];
+        assert_eq!(inversions(&overlapping).pairs, 0);
+    }
+
+    #[test]
+    fn inversions_agree_with_the_definition_on_random_timelines() {
+        let mut rng = rand::rng();
+        for _ in 0..200 {
+            let users: Vec<Admission> = (0..rng.random_range(0..60))
+                .map(|_| {
+                    let sent = rng.random_range(0..1_000);
+                    adm(
+                        sent,
+                        sent + rng.random_range(1..200),
+                        rng.random_range(0..20),
+                    )
+                })
+                .collect();
+            assert_eq!(inversions(&users).pairs, inverted_pairs_naive(&users));
+        }
+    }
+
+    #[test]
+    fn the_run_share_of_the_position_error_histogram_is_read_from_metrics() {
+        let before = parse_position_errors(
+            "waitroom_position_error_bucket{strategy=\"statistical\",le=\"10\"} 5\n\
+             waitroom_position_error_bucket{strategy=\"statistical\",le=\"100\"} 5\n\
+             waitroom_position_error_bucket{strategy=\"statistical\",le=\"+Inf\"} 5\n\
+             waitroom_position_error_sum{strategy=\"statistical\"} 20\n\
+             waitroom_position_error_count{strategy=\"statistical\"} 5\n",
+        );
+        let after = parse_position_errors(
+            "# TYPE waitroom_position_error histogram\n\
+             waitroom_position_error_bucket{strategy=\"statistical\",le=\"10\"} 6\n\
+             waitroom_position_error_bucket{strategy=\"statistical\",le=\"100\"} 105\n\
+             waitroom_position_error_bucket{strategy=\"statistical\",le=\"+Inf\"} 105\n\
+             waitroom_position_error_sum{strategy=\"statistical\"} 5020\n\
+             waitroom_position_error_count{strategy=\"statistical\"} 105\n",
+        );
+        let got = error_delta(&before, &after);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].samples, 100);
+        assert_eq!(got[0].mean, 50.0);
+        assert_eq!(got[0].p99_at_most, 100.0);
     }
 }

@@ -12,8 +12,14 @@
 //! poll, commands per enter and how much of that lands on the busiest primary (the
 //! `global_counter` hot key), and, with replica reads, the share of poll reads the replicas
 //! serve and how stale a replica read is.
+//!
+//! Last, admission: the Redis time of one admission tick letting in `--admit` people (5,000 by
+//! default) from each line, per strategy, read from the servers' SLOWLOG with every command
+//! logged (`slowlog-log-slower-than 0`) for the length of the tick. `--admission-only` skips the
+//! other sections.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -53,6 +59,12 @@ pub struct OrderingBenchArgs {
     /// Enters per strategy for the enter-cost and hot-key measurement.
     #[arg(long, default_value_t = 3000)]
     pub enters: usize,
+    /// People let in by the measured admission tick (0: no admission measurement).
+    #[arg(long, default_value_t = 5000)]
+    pub admit: usize,
+    /// Measure admission only (skip position errors, enter cost and replica reads).
+    #[arg(long, default_value_t = false)]
+    pub admission_only: bool,
     /// Write the report as JSON here too.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -115,6 +127,31 @@ pub struct ReplicaRow {
     pub staleness_p99_ms: f64,
 }
 
+/// One admission tick, timed by the Redis servers.
+#[derive(Debug, Clone, Serialize)]
+pub struct AdmitRow {
+    /// People waiting before the tick.
+    pub waiting: usize,
+    /// Shards.
+    pub shards: u32,
+    /// Strategy.
+    pub strategy: String,
+    /// People admitted by the tick.
+    pub admitted: usize,
+    /// Wall time of the tick as the service sees it (round trips included), ms.
+    pub wall_ms: f64,
+    /// Redis execution time of every command of the tick, summed over the primaries, ms.
+    pub redis_ms: f64,
+    /// Of that, the admission scripts (reading the shard heads, moving people), ms.
+    pub scripts_ms: f64,
+    /// Commands the tick sent.
+    pub commands: usize,
+    /// The slowest single command, ms, and its name.
+    pub slowest_ms: f64,
+    /// Name of the slowest command (a script by its file name).
+    pub slowest: String,
+}
+
 /// Everything measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -124,6 +161,8 @@ pub struct Report {
     pub enters: Vec<EnterRow>,
     /// Replica reads (cluster only).
     pub replica: Option<ReplicaRow>,
+    /// Admission ticks.
+    pub admission: Vec<AdmitRow>,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -153,7 +192,7 @@ struct Person {
 }
 
 struct Bench {
-    queue: Queue,
+    queue: Arc<Queue>,
     replica_queue: Option<Queue>,
     nodes: Vec<Node>,
 }
@@ -172,7 +211,12 @@ pub async fn run(args: OrderingBenchArgs) -> anyhow::Result<Report> {
     let conn = connect(&redis_cfg).await?;
     let keys = Keys::new(redis_cfg.key_prefix.clone());
     let signer = Signer::new(&uuid::Uuid::new_v4().to_string());
-    let queue = Queue::new(conn.clone(), conn.clone(), keys.clone(), signer.clone());
+    let queue = Arc::new(Queue::new(
+        conn.clone(),
+        conn.clone(),
+        keys.clone(),
+        signer.clone(),
+    ));
     queue.scripts.preload(&mut conn.clone()).await?;
     let replica_queue = if conn.is_cluster() {
         let mut rc = redis_cfg.clone();
@@ -190,7 +234,12 @@ pub async fn run(args: OrderingBenchArgs) -> anyhow::Result<Report> {
     };
 
     let mut errors = Vec::new();
-    for &n in &args.shards {
+    let error_shards: &[u32] = if args.admission_only {
+        &[]
+    } else {
+        &args.shards
+    };
+    for &n in error_shards {
         for &w in &args.sizes {
             for arrivals in [Arrivals::Uniform, Arrivals::Bursty, Arrivals::Numbered] {
                 let started = Instant::now();
@@ -212,6 +261,9 @@ pub async fn run(args: OrderingBenchArgs) -> anyhow::Result<Report> {
         .copied()
         .unwrap_or(16);
     for strategy in [StrategyKind::Timestamp, StrategyKind::GlobalCounter] {
+        if args.admission_only {
+            break;
+        }
         enters.push(
             bench
                 .measure_enters(strategy, enter_shards, args.enters)
@@ -219,17 +271,26 @@ pub async fn run(args: OrderingBenchArgs) -> anyhow::Result<Report> {
         );
     }
     let replica = match &bench.replica_queue {
-        Some(_) => Some(
+        Some(_) if !args.admission_only => Some(
             bench
                 .measure_replicas(args.sizes[0].min(100_000), enter_shards, &args)
                 .await?,
         ),
-        None => None,
+        _ => None,
     };
+    let mut admission = Vec::new();
+    if args.admit > 0 {
+        for &n in &args.shards {
+            for &w in &args.sizes {
+                admission.extend(bench.measure_admission(w, n, args.admit).await?);
+            }
+        }
+    }
     let report = Report {
         errors,
         enters,
         replica,
+        admission,
     };
     print_report(&report);
     if let Some(path) = &args.json {
@@ -588,6 +649,137 @@ impl Bench {
         })
     }
 
+    /// Fills a line of `w` and lets `count` in with one admission tick per strategy, each timed
+    /// by the servers' SLOWLOG.
+    async fn measure_admission(
+        &self,
+        w: usize,
+        n: u32,
+        count: usize,
+    ) -> anyhow::Result<Vec<AdmitRow>> {
+        let (id, cfg) = self.new_event(n, StrategyKind::Timestamp).await?;
+        let people = generate(w, &cfg, Arrivals::Uniform);
+        self.fill(&cfg, &people).await?;
+        let mut rows = Vec::new();
+        let mut waiting = w;
+        for strategy in [
+            StrategyKind::Timestamp,
+            StrategyKind::GlobalCounter,
+            StrategyKind::Statistical,
+        ] {
+            let (cfg, _) = self
+                .queue
+                .put_event(
+                    &id,
+                    &EventPatch {
+                        strategy: Some(strategy),
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            self.queue.events.forget(&id);
+            let primaries: Vec<&Node> = self.nodes.iter().filter(|n| !n.replica).collect();
+            let mut saved = Vec::new();
+            for node in &primaries {
+                let mut c = node_conn(node).await?;
+                let (_, threshold): (String, String) = redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg("slowlog-log-slower-than")
+                    .query_async(&mut c)
+                    .await?;
+                let (_, len): (String, String) = redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg("slowlog-max-len")
+                    .query_async(&mut c)
+                    .await?;
+                saved.push((threshold, len));
+                let () = redis::cmd("CONFIG")
+                    .arg("SET")
+                    .arg("slowlog-log-slower-than")
+                    .arg(0)
+                    .arg("slowlog-max-len")
+                    .arg(100_000)
+                    .query_async(&mut c)
+                    .await?;
+                let () = redis::cmd("SLOWLOG")
+                    .arg("RESET")
+                    .query_async(&mut c)
+                    .await?;
+            }
+            let started = Instant::now();
+            let admitted =
+                crate::queue::admission::admit_once(self.queue.clone(), &id, &cfg, count).await?;
+            let wall_ms = started.elapsed().as_secs_f64() * 1000.0;
+            let names: HashMap<String, &str> = [
+                (self.queue.scripts.shard_heads.get_hash(), "shard_heads.lua"),
+                (self.queue.scripts.admit.get_hash(), "admit.lua"),
+            ]
+            .into_iter()
+            .map(|(h, n)| (h.to_owned(), n))
+            .collect();
+            let mut row = AdmitRow {
+                waiting,
+                shards: n,
+                strategy: strategy.to_string(),
+                admitted,
+                wall_ms,
+                redis_ms: 0.0,
+                scripts_ms: 0.0,
+                commands: 0,
+                slowest_ms: 0.0,
+                slowest: String::new(),
+            };
+            for (node, (threshold, len)) in primaries.iter().zip(saved) {
+                let mut c = node_conn(node).await?;
+                let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
+                    .arg("GET")
+                    .arg(-1)
+                    .query_async(&mut c)
+                    .await?;
+                let () = redis::cmd("CONFIG")
+                    .arg("SET")
+                    .arg("slowlog-log-slower-than")
+                    .arg(threshold)
+                    .arg("slowlog-max-len")
+                    .arg(len)
+                    .query_async(&mut c)
+                    .await?;
+                for (micros, argv) in log.iter().filter_map(slowlog_entry) {
+                    let command = argv.first().map(|c| c.to_ascii_lowercase());
+                    let name = match command.as_deref() {
+                        // This measurement's own and the client's housekeeping.
+                        Some(
+                            "config" | "slowlog" | "cluster" | "info" | "ping" | "client" | "hello"
+                            | "readonly",
+                        )
+                        | None => continue,
+                        Some("evalsha") => argv
+                            .get(1)
+                            .and_then(|h| names.get(h).copied())
+                            .unwrap_or("evalsha (other script)")
+                            .to_owned(),
+                        Some(other) => other.to_owned(),
+                    };
+                    let ms = micros as f64 / 1000.0;
+                    row.redis_ms += ms;
+                    row.commands += 1;
+                    if name.ends_with(".lua") {
+                        row.scripts_ms += ms;
+                    }
+                    if ms > row.slowest_ms {
+                        row.slowest_ms = ms;
+                        row.slowest = name;
+                    }
+                }
+            }
+            waiting -= admitted;
+            rows.push(row);
+        }
+        eprintln!("measured admission from {w} waiting over {n} shards");
+        self.drop_event(&id, &cfg).await?;
+        Ok(rows)
+    }
+
     async fn drop_event(&self, id: &EventId, cfg: &EventConfig) -> anyhow::Result<()> {
         let mut conn = self.queue.conn.clone();
         for i in 0..cfg.shards as usize {
@@ -716,6 +908,34 @@ fn exact_positions(people: &[Person]) -> HashMap<String, u64> {
         .collect()
 }
 
+async fn node_conn(node: &Node) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+    let client = redis::Client::open(node.url.as_str())?;
+    Ok(client.get_multiplexed_async_connection().await?)
+}
+
+/// A SLOWLOG entry's duration (µs) and command line.
+fn slowlog_entry(entry: &redis::Value) -> Option<(u64, Vec<String>)> {
+    let redis::Value::Array(fields) = entry else {
+        return None;
+    };
+    let micros = match fields.get(2)? {
+        redis::Value::Int(n) => u64::try_from(*n).ok()?,
+        _ => return None,
+    };
+    let redis::Value::Array(args) = fields.get(3)? else {
+        return None;
+    };
+    let argv = args
+        .iter()
+        .map(|a| match a {
+            redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            redis::Value::SimpleString(s) => s.clone(),
+            _ => String::new(),
+        })
+        .collect();
+    Some((micros, argv))
+}
+
 async fn nodes(conn: &RedisConn, cfg: &RedisConfig) -> anyhow::Result<Vec<Node>> {
     if !conn.is_cluster() {
         return Ok(vec![Node {
@@ -775,6 +995,26 @@ fn print_report(r: &Report) {
             e.commands_per_enter,
             e.busiest_primary_share * 100.0
         );
+    }
+    if !r.admission.is_empty() {
+        println!("\nOne admission tick, timed by Redis (SLOWLOG)\n");
+        println!("| waiting | shards | strategy | admitted | Redis ms | of which scripts ms | commands | slowest command | wall ms |");
+        println!("|---:|---:|---|---:|---:|---:|---:|---|---:|");
+        for a in &r.admission {
+            println!(
+                "| {} | {} | {} | {} | {:.2} | {:.2} | {} | {} {:.2} ms | {:.1} |",
+                a.waiting,
+                a.shards,
+                a.strategy,
+                a.admitted,
+                a.redis_ms,
+                a.scripts_ms,
+                a.commands,
+                a.slowest,
+                a.slowest_ms,
+                a.wall_ms
+            );
+        }
     }
     if let Some(x) = &r.replica {
         println!(

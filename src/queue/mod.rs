@@ -86,6 +86,9 @@ pub struct QueueStatus {
     /// When the active session (and the token) ends, Unix seconds; admitted only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub access_expires_at: Option<u64>,
+    /// When the ticket was admitted, Unix ms (the admission tick's time); admitted only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admitted_at_ms: Option<u64>,
     /// The strategy that computed `position` (exact for `timestamp`); waiting only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub strategy: Option<StrategyKind>,
@@ -475,6 +478,7 @@ impl Queue {
             next_poll_ms: 0,
             access_token: None,
             access_expires_at: None,
+            admitted_at_ms: None,
             strategy: None,
         };
         match standing {
@@ -510,6 +514,7 @@ impl Queue {
                     exp,
                 }));
                 status.access_expires_at = Some(exp);
+                status.admitted_at_ms = Some(admitted_at_ms);
             }
         }
         status

@@ -183,3 +183,70 @@ async fn a_paused_event_admits_nobody_until_reopened() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn admission_keeps_global_order_when_the_front_of_the_line_is_all_in_one_shard() {
+    // The scheduler reads only a few heads per shard (about twice an even share of a tick's
+    // budget). Here the first 300 people all wait in shard 0, so that prefix runs out first:
+    // the tick must admit fewer rather than jump anyone, and read more next time.
+    let app = spawn_app().await;
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"shards": 8, "admit_per_second": 0, "active_capacity": 100000}),
+    )
+    .await;
+    let tags = app.shard_tags(&ev).await;
+    let mut order = Vec::new();
+    let mut conn = app.redis.clone();
+    for i in 0..300u32 {
+        let member = format!("front-{i:04}");
+        let _: i64 = redis::AsyncCommands::zadd(
+            &mut conn,
+            app.keys.shard(&tags[0]).waiting,
+            &member,
+            f64::from(1 + i),
+        )
+        .await
+        .unwrap();
+        order.push(member);
+    }
+    for j in 0..300u32 {
+        let member = format!("rest-{j:04}");
+        let shard = (j % 8) as usize;
+        let _: i64 = redis::AsyncCommands::zadd(
+            &mut conn,
+            app.keys.shard(&tags[shard]).waiting,
+            &member,
+            f64::from(1000 + j),
+        )
+        .await
+        .unwrap();
+        order.push(member);
+    }
+
+    let r = app.put_event(&ev, json!({"admit_per_second": 1000})).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let t0 = Instant::now();
+    let mut samples = 0;
+    loop {
+        let active = app.active_tickets(&ev).await;
+        let expected: std::collections::HashSet<String> =
+            order[..active.len()].iter().cloned().collect();
+        assert_eq!(
+            active, expected,
+            "admitted set is not a prefix of the global order"
+        );
+        samples += 1;
+        if active.len() == order.len() {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "admission stalled at {}",
+            active.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(samples > 3, "admission was sampled while under way");
+}
