@@ -313,19 +313,20 @@ impl Ctx {
         route: &'static str,
         req: reqwest::RequestBuilder,
     ) -> Option<(u16, Value)> {
-        self.call_from(route, req, None).await
+        self.call_from(route, req, None).await.map(|(s, b, _)| (s, b))
     }
 
     /// One request timed from `since` (its intended start, waiting for the gate included) or,
-    /// without it, from when the gate let it through.
+    /// without it, from when the gate let it through. Also returns when it was sent.
     async fn call_from(
         &self,
         route: &'static str,
         req: reqwest::RequestBuilder,
         since: Option<Instant>,
-    ) -> Option<(u16, Value)> {
+    ) -> Option<(u16, Value, Instant)> {
         let _permit = self.gate.acquire().await.ok()?;
-        let t = since.unwrap_or_else(Instant::now);
+        let sent = Instant::now();
+        let t = since.unwrap_or(sent);
         let resp = req.send().await;
         let micros = t.elapsed().as_micros() as u64;
         let (status, body) = match resp {
@@ -342,7 +343,7 @@ impl Ctx {
             .or_insert_with(|| (Histogram::new(3).expect("histogram"), HashMap::new()));
         let _ = h.record(micros.max(1));
         *codes.entry(status).or_default() += 1;
-        Some((status, body))
+        Some((status, body, sent))
     }
 
     async fn user(self: Arc<Self>, i: usize) {
@@ -350,10 +351,11 @@ impl Ctx {
             .http
             .post(format!("{}/v1/events/{}/queue", self.base, self.event))
             .json(&json!({"user_id": format!("lg{i}")}));
-        let sent_us = self.start.elapsed().as_micros() as u64;
-        let entered = self.call("enter", enter).await;
+        // Sent when the request left (not when the user wanted to send it: with everyone
+        // arriving at once most wait for the gate, and their order is only known from here).
+        let entered = self.call_from("enter", enter, None).await;
         let answered_us = self.start.elapsed().as_micros() as u64;
-        let Some((200, mut status)) = entered else {
+        let Some((200, mut status, sent)) = entered else {
             self.entered
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return;
@@ -403,7 +405,7 @@ impl Ctx {
             st.last_admit = Some(now);
             if let Some(admitted_at_ms) = status["admitted_at_ms"].as_u64() {
                 st.admissions.push(Admission {
-                    sent_us,
+                    sent_us: sent.duration_since(self.start).as_micros() as u64,
                     answered_us,
                     admitted_at_ms,
                 });
