@@ -213,7 +213,9 @@ pub struct PositionError {
 pub struct Inversions {
     /// Admitted users compared.
     pub users: u64,
-    /// Ordered pairs inverted.
+    /// Pairs whose order is certain (one's enter answered before the other's was sent).
+    pub known_pairs: u64,
+    /// Of those, pairs inverted.
     pub pairs: u64,
     /// Users let in before at least one person who was surely ahead of them.
     pub users_jumped_ahead: u64,
@@ -267,6 +269,7 @@ pub fn inversions(users: &[Admission]) -> Inversions {
             i -= i & i.wrapping_neg();
         }
         let later = inserted - not_later;
+        out.known_pairs += inserted;
         out.pairs += later;
         out.users_jumped_ahead += u64::from(later > 0);
     }
@@ -313,7 +316,9 @@ impl Ctx {
         route: &'static str,
         req: reqwest::RequestBuilder,
     ) -> Option<(u16, Value)> {
-        self.call_from(route, req, None).await.map(|(s, b, _)| (s, b))
+        self.call_from(route, req, None)
+            .await
+            .map(|(s, b, _)| (s, b))
     }
 
     /// One request timed from `since` (its intended start, waiting for the gate included) or,
@@ -978,8 +983,8 @@ fn print_report(r: &LoadReport) {
         );
     }
     println!(
-        "admission order: {} admitted users compared, {} inverted pairs, {} users let in before someone surely ahead",
-        r.inversions.users, r.inversions.pairs, r.inversions.users_jumped_ahead
+        "admission order: {} admitted users, {} pairs of known order, {} inverted, {} users let in before someone surely ahead",
+        r.inversions.users, r.inversions.known_pairs, r.inversions.pairs, r.inversions.users_jumped_ahead
     );
     for e in &r.position_error {
         println!(
@@ -1052,6 +1057,7 @@ mod tests {
         let unfair = [adm(0, 10, 200), adm(20, 30, 200), adm(40, 50, 100)];
         let got = inversions(&unfair);
         assert_eq!((got.pairs, got.users_jumped_ahead, got.users), (2, 1, 3));
+        assert_eq!(got.known_pairs, 3);
         // Overlapping enters have no certain order: not counted either way.
         let overlapping = [adm(0, 50, 200), adm(10, 60, 100)];
         assert_eq!(inversions(&overlapping).pairs, 0);

@@ -59,6 +59,11 @@ async fn small_sale(strategy: &str) {
     // by an earlier admission tick.
     assert!(report.admitted > 0);
     assert_eq!(report.inversions.users, report.admitted);
+    assert!(
+        report.inversions.known_pairs > 0,
+        "some pairs had a certain order: {:?}",
+        report.inversions
+    );
     assert_eq!(
         report.inversions.pairs, 0,
         "{strategy}: {:?}",
