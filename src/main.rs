@@ -8,6 +8,11 @@ use waitroom::booking::consumer;
 use waitroom::config::{Cli, Command};
 use waitroom::startup::{connect_sales, shutdown_on_signals, Application};
 
+/// mimalloc instead of the system allocator: a profile of the service under load
+/// (docs/benchmarks.md) spent a third of its user-space time in glibc malloc, free and memmove.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     waitroom::telemetry::init_tracing();
