@@ -97,22 +97,25 @@ struct EventAdmission {
     hybrid_mode: StrategyKind,
     /// The `global_counter` figures this leader last published: (carried, first number waiting).
     counter_figures: Option<(u64, u64)>,
-    /// Heads read per shard, as a multiple of an even share of the tick's budget (see
-    /// [`heads_per_shard`]); doubled when a short prefix cut a tick short.
+    /// Multiplier of the heads read per shard (see [`heads_per_shard`]); doubled when a short
+    /// prefix cut a tick short, back down by one per tick that was not.
     head_factor: usize,
 }
 
-/// Heads read per shard when the factor is back at its floor.
-const HEAD_FACTOR_MIN: usize = 2;
+/// The multiplier of [`heads_per_shard`] at rest.
+const HEAD_FACTOR_MIN: usize = 1;
 
-/// How many heads to read from each of `shards` shards to admit `budget` people: `factor` times
-/// an even share plus a margin, never more than the budget. Reading the whole budget from every
-/// shard is always enough but costs N times the picks (320,000 members read to admit 5,000 over
-/// 64 shards); tickets hash evenly over shards, so the front of the line does too, and when a
-/// shard's prefix runs out early the merge stops there (admitting fewer, never out of order) and
-/// the factor grows for the next tick.
+/// How many heads to read from each of `shards` shards to admit `budget` people, never more than
+/// the budget. Reading the whole budget from every shard is always enough but costs N times the
+/// picks (320,000 members read to admit 5,000 over 64 shards). Tickets hash evenly over shards,
+/// so among the first `budget` people a shard holds a binomial count: mean `share`, standard
+/// deviation under √share. Reading share + 6·√share + 16 (times `factor`) covers it but for a
+/// vanishing chance; when a shard's prefix does run out early the merge stops there (admitting
+/// fewer, never out of order) and the factor doubles for the next tick.
 fn heads_per_shard(budget: usize, shards: usize, factor: usize) -> usize {
-    (factor * budget.div_ceil(shards.max(1)) + 32).min(budget)
+    let share = budget as f64 / shards.max(1) as f64;
+    let wanted = factor as f64 * (share + 6.0 * share.sqrt()) + 16.0;
+    (wanted.ceil() as usize).min(budget)
 }
 
 /// Runs one admission tick for `event` outside the leader loop, letting in up to `n` people
@@ -594,9 +597,10 @@ mod tests {
 
     #[test]
     fn heads_read_per_shard_are_a_multiple_of_an_even_share_capped_by_the_budget() {
-        // 5,000 over 64 shards: 2 × 79 + 32 instead of 5,000 from each.
-        assert_eq!(heads_per_shard(5000, 64, HEAD_FACTOR_MIN), 190);
-        assert_eq!(heads_per_shard(5000, 8, HEAD_FACTOR_MIN), 1282);
+        // 5,000 over 64 shards: 78.1 + 6 × 8.8 + 16 instead of 5,000 from each.
+        assert_eq!(heads_per_shard(5000, 64, HEAD_FACTOR_MIN), 148);
+        assert_eq!(heads_per_shard(5000, 8, HEAD_FACTOR_MIN), 791);
+        assert_eq!(heads_per_shard(5000, 8, 2), 1566);
         // The factor at its ceiling (the shard count) reads the whole budget: always enough.
         assert_eq!(heads_per_shard(5000, 64, 64), 5000);
         // Small budgets read the budget itself.

@@ -186,9 +186,10 @@ async fn a_paused_event_admits_nobody_until_reopened() {
 
 #[tokio::test]
 async fn admission_keeps_global_order_when_the_front_of_the_line_is_all_in_one_shard() {
-    // The scheduler reads only a few heads per shard (about twice an even share of a tick's
-    // budget). Here the first 300 people all wait in shard 0, so that prefix runs out first:
-    // the tick must admit fewer rather than jump anyone, and read more next time.
+    // The scheduler reads only a few heads per shard (an even share of a tick's budget plus a
+    // margin: 38 of a 50-person tick here). Here the first 300 people all wait in shard 0, so
+    // that prefix runs out first: the tick must admit fewer rather than jump anyone, and read
+    // more next time.
     let app = spawn_app().await;
     let ev = unique("e");
     app.create_event(
