@@ -10,10 +10,16 @@
 -- ARGV[3]  abandon bound, ms: people last seen at or before it have left without saying so
 -- ARGV[4]  start of the global_counter range of scores ('' = none)
 -- Returns  {active_count, waiting_count, {member1, score1, ...}, abandoned_removed,
---           waiting_before_counter_range, first_score_in_counter_range or ''}
+--           waiting_before_counter_range, first_score_in_counter_range or '',
+--           1 when the overload guard suspended abandonment, else 0}
 --
 -- Abandoned people are removed only while they stand among the first k: the scan stays
 -- bounded (at most 4 passes), and people further back are checked when they reach the front.
+--
+-- Overload guard: when fewer than half of those waiting in the shard were seen after the
+-- abandon bound, the likelier cause is that their polls did not reach the service (overloaded,
+-- or cut off), not that most of them left: nobody is removed as abandoned while it lasts.
+-- Lines under GUARD_MIN per shard are too small to tell (and are not the overload case).
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
 local k = tonumber(ARGV[2])
 local cutoff = tonumber(ARGV[3])
@@ -22,9 +28,15 @@ local abandoned = 0
 -- Variadic commands over chunks of members: one redis.call costs microseconds whatever it
 -- carries, so a call per person would dominate the tick (measured: docs/benchmarks.md).
 local CHUNK = 1000
+local GUARD_MIN = 100
+local waiting = redis.call('ZCARD', KEYS[1])
+local suspended = 0
+if waiting >= GUARD_MIN and 2 * redis.call('ZCOUNT', KEYS[3], '(' .. ARGV[3], '+inf') < waiting then
+  suspended = 1
+end
 if k > 0 then
   heads = redis.call('ZRANGE', KEYS[1], 0, k - 1, 'WITHSCORES')
-  for _ = 1, 4 do
+  for _ = 1, 4 * (1 - suspended) do
     local gone = {}
     for c = 1, #heads, 2 * CHUNK do
       local chunk = {}
@@ -58,4 +70,5 @@ if ARGV[4] ~= '' then
     first = f[2]
   end
 end
-return {redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[1]), heads, abandoned, carried, first}
+return {redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[1]), heads, abandoned, carried, first,
+        suspended}

@@ -18,6 +18,8 @@ pub const QUEUE_ACTIVE: &str = "waitroom_queue_active";
 pub const ADMITTED_TOTAL: &str = "waitroom_admitted_total";
 /// Places removed at admission because their holder stopped polling, by `event`.
 pub const ABANDONED_TOTAL: &str = "waitroom_abandoned_total";
+/// 1 while the overload guard keeps admission from removing abandoned places (gauge, by event).
+pub const ABANDONMENT_SUSPENDED: &str = "waitroom_abandonment_suspended";
 /// Failed admission ticks, by `event`.
 pub const ADMISSION_ERRORS: &str = "waitroom_admission_errors_total";
 /// Requests answered 503 because Redis could not answer.

@@ -97,6 +97,8 @@ struct EventAdmission {
     hybrid_mode: StrategyKind,
     /// The `global_counter` figures this leader last published: (carried, first number waiting).
     counter_figures: Option<(u64, u64)>,
+    /// The overload guard's state at the last tick (to log its changes).
+    abandonment_suspended: bool,
     /// Multiplier of the heads read per shard (see [`heads_per_shard`]); doubled when a short
     /// prefix cut a tick short, back down by one per tick that was not.
     head_factor: usize,
@@ -143,8 +145,9 @@ pub async fn admit_once(
 const ERROR_SAMPLES: usize = 8;
 
 /// What `lua/shard_heads.lua` returns: active, waiting, heads, abandoned removed, waiting from
-/// before the counter range, first score in the counter range ('' for none).
-type HeadsReply = (u64, u64, Vec<(String, f64)>, u64, u64, String);
+/// before the counter range, first score in the counter range ('' for none), 1 when the
+/// overload guard suspended abandonment in the shard.
+type HeadsReply = (u64, u64, Vec<(String, f64)>, u64, u64, String, u64);
 
 /// Window over which the admission rate is measured for ETAs.
 const RATE_WINDOW: Duration = Duration::from_secs(10);
@@ -177,6 +180,7 @@ impl EventAdmission {
             hybrid_mode: StrategyKind::Timestamp,
             counter_figures: None,
             head_factor: HEAD_FACTOR_MIN,
+            abandonment_suspended: false,
         }
     }
 
@@ -325,6 +329,20 @@ impl EventAdmission {
         });
         let shards = try_join_all(reads).await?;
         let mut abandoned: u64 = shards.iter().map(|s| s.3).sum();
+        // Fewer than half of a shard's line seen lately: polls are not reaching us, so nobody is
+        // taken for gone in this tick (see lua/shard_heads.lua).
+        let suspended = shards.iter().any(|s| s.6 == 1);
+        if suspended != self.abandonment_suspended {
+            self.abandonment_suspended = suspended;
+            if suspended {
+                tracing::warn!(event = %self.event, "admission: most of the line has not been seen for abandon_after_seconds; not removing anyone as abandoned until polls come back");
+            } else {
+                tracing::info!(event = %self.event, "admission: polls are back; abandoned places are removed again");
+            }
+        }
+        metrics::gauge!(telemetry::ABANDONMENT_SUSPENDED, "event" => self.event.to_string())
+            .set(if suspended { 1.0 } else { 0.0 });
+        let admit_abandon_before = if suspended { 0 } else { abandon_before };
         if counting {
             self.counter_figures = self.publish_counter_figures(cfg, &shards).await?;
         }
@@ -387,7 +405,7 @@ impl EventAdmission {
                     })
                     .arg(p.last.1)
                     .arg(now_ms)
-                    .arg(abandon_before)
+                    .arg(admit_abandon_before)
                     .invoke_async::<(Vec<String>, u64)>(&mut conn)
                     .await
             }
