@@ -83,6 +83,11 @@ pub struct LoadgenArgs {
     /// Give up on users still waiting after this long, seconds.
     #[arg(long, default_value_t = 300)]
     pub max_seconds: u64,
+    /// The event's `abandon_after_seconds`. Longer than the service's default (60): these users
+    /// never walk away, but their polls wait while the line fills (with admission held back) or
+    /// queue behind the in-flight bound, and they must not be taken for gone meanwhile.
+    #[arg(long, default_value_t = 600)]
+    pub abandon_after_seconds: u64,
     /// Redis nodes to read INFO from (ops/s and memory of the primaries during the run).
     #[arg(
         long,
@@ -474,7 +479,8 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
     let r = admin(
         format!("/admin/v1/events/{event}"),
         json!({"shards": args.shards, "admit_per_second": 0,
-               "active_capacity": 10_000_000, "strategy": args.strategy, "max_seats_per_hold": 4}),
+               "active_capacity": 10_000_000, "strategy": args.strategy, "max_seats_per_hold": 4,
+               "abandon_after_seconds": args.abandon_after_seconds}),
     )
     .await
     .context("creating the event")?;
@@ -539,14 +545,14 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
             })
         })
         .collect();
-    // Admission is held back until everyone has entered (or a minute has passed), so the line's
+    // Admission is held back until everyone has entered (or the run's deadline), so the line's
     // memory is measured with all of them in it; then it opens at the configured rate.
     let opener = {
         let (ctx, args, http, event) = (ctx.clone(), args.clone(), http.clone(), ctx.event.clone());
         tokio::spawn(async move {
             let t = Instant::now();
             while ctx.entered.load(std::sync::atomic::Ordering::Relaxed) < args.users
-                && t.elapsed() < Duration::from_secs(60)
+                && Instant::now() < ctx.deadline
             {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
