@@ -140,6 +140,8 @@ pub struct Queue {
     pub events: EventStore,
     /// Ticket and token signer.
     pub signer: Signer,
+    /// Which primary serves which slot, to batch reads to many shards per node.
+    pub node_groups: crate::redis::batch::NodeGroups,
     clock: ArrivalClock,
 }
 
@@ -153,6 +155,7 @@ impl Queue {
             keys,
             scripts: Scripts::new(),
             signer,
+            node_groups: crate::redis::batch::NodeGroups::new(),
             clock: ArrivalClock::default(),
         }
     }
@@ -406,18 +409,27 @@ impl Queue {
         shard: usize,
         score: f64,
     ) -> Result<Vec<u64>, QueueError> {
-        let counts = (0..cfg.shards as usize).filter(|j| *j != shard).map(|j| {
-            let mut conn = via.clone();
-            let key = self.shard_keys(cfg, j).waiting;
-            let (inclusive, bound) = timestamp::count_bound(shard, j, score);
-            let max = if inclusive {
-                format!("{bound}")
-            } else {
-                format!("({bound}")
-            };
-            async move { conn.zcount::<_, _, _, u64>(key, "-inf", max).await }
-        });
-        Ok(try_join_all(counts).await?)
+        let counts: Vec<(u16, redis::Cmd)> = (0..cfg.shards as usize)
+            .filter(|j| *j != shard)
+            .map(|j| {
+                let key = self.shard_keys(cfg, j).waiting;
+                let (inclusive, bound) = timestamp::count_bound(shard, j, score);
+                let max = if inclusive {
+                    format!("{bound}")
+                } else {
+                    format!("({bound}")
+                };
+                let mut cmd = redis::cmd("ZCOUNT");
+                cmd.arg(&key).arg("-inf").arg(max);
+                (crate::redis::keys::slot(&key), cmd)
+            })
+            .collect();
+        // One pipeline per node instead of a round trip per shard (see redis::batch).
+        let replies = crate::redis::batch::read_grouped(via, &self.node_groups, counts).await?;
+        Ok(replies
+            .iter()
+            .map(|v| redis::from_redis_value_ref::<u64>(v).map_err(redis::RedisError::from))
+            .collect::<Result<_, _>>()?)
     }
 
     /// True while `ticket` holds a live active session in `event`.

@@ -8,6 +8,7 @@
 //! The same code runs on both deployments: keys carry hash tags in both, so moving from one
 //! Redis to a cluster changes no script.
 
+pub mod batch;
 pub mod keys;
 pub mod scripts;
 
