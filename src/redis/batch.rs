@@ -70,6 +70,16 @@ impl NodeGroups {
     fn invalidate(&self) {
         *self.map.lock().expect("slot map") = None;
     }
+
+    /// Replaces the map, as if just read: for tests of a stale map.
+    pub fn force(&self, ranges: Vec<Vec<(u16, u16)>>) {
+        *self.map.lock().expect("slot map") = Some((Instant::now(), Arc::new(ranges)));
+    }
+
+    /// True while a map is held (false after a group met MOVED, until the next read).
+    pub fn is_known(&self) -> bool {
+        self.map.lock().expect("slot map").is_some()
+    }
 }
 
 /// Which primary of `map` serves `slot`.

@@ -143,3 +143,52 @@ async fn with_replica_reads_the_other_shards_counts_come_from_replicas_and_stay_
     // 30 polls x 7 other shards. Other tests running now do not read from replicas.
     assert!(served >= 30 * 7, "replicas served {served} ZCOUNTs");
 }
+
+#[tokio::test]
+async fn a_stale_slot_map_costs_a_retry_but_never_a_wrong_position() {
+    // The other shards' counts go as one pipeline per node, grouped by a slot map. Here the map
+    // claims one node serves every slot, so the one pipeline meets MOVED for the keys of the
+    // other primaries: the counts must be retried one by one, and the positions stay exact.
+    use waitroom::ids::{EventId, UserId};
+    use waitroom::queue::event::EventPatch;
+    let cfg = crate::common::test_config(&unique("t"));
+    let conn = waitroom::redis::connect(&cfg.redis).await.unwrap();
+    assert!(conn.is_cluster(), "the local stack is a cluster");
+    let queue = waitroom::queue::Queue::new(
+        conn.clone(),
+        conn.clone(),
+        waitroom::redis::keys::Keys::new(cfg.redis.key_prefix.clone()),
+        waitroom::auth::Signer::new("stale-map-test"),
+    );
+    queue.scripts.preload(&mut conn.clone()).await.unwrap();
+    let ev = EventId::parse(&unique("e")).unwrap();
+    queue
+        .put_event(
+            &ev,
+            &EventPatch {
+                shards: Some(8),
+                admit_per_second: Some(0.0),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut tickets = Vec::new();
+    for i in 0..30 {
+        let user = UserId::parse(&format!("u{i}")).unwrap();
+        let status = queue.enter(&ev, &user).await.unwrap();
+        tickets.push(waitroom::ids::Ticket::parse(&status.ticket).unwrap());
+    }
+    queue.node_groups.force(vec![vec![(0, 16383)]]);
+    for (i, t) in tickets.iter().enumerate() {
+        let status = queue.poll(&ev, t).await.unwrap();
+        assert_eq!(status.position, Some(i as u64 + 1), "ticket {i}");
+        if i == 0 {
+            // 7 other shards over 3 primaries: the one pipeline met MOVED and the map was
+            // dropped.
+            assert!(!queue.node_groups.is_known(), "the stale map was dropped");
+        }
+    }
+    // Read again from the cluster by a later poll.
+    assert!(queue.node_groups.is_known());
+}
