@@ -349,6 +349,21 @@ impl Bench {
         Ok((id, cfg))
     }
 
+    /// Switches the event's strategy and drops the cached configuration, so the next read sees it.
+    async fn set_strategy(
+        &self,
+        id: &EventId,
+        strategy: StrategyKind,
+    ) -> anyhow::Result<EventConfig> {
+        let patch = EventPatch {
+            strategy: Some(strategy),
+            ..Default::default()
+        };
+        let (cfg, _) = self.queue.put_event(id, &patch).await?;
+        self.queue.events.forget(id);
+        Ok(cfg)
+    }
+
     /// Fills one line, measures the strategies that apply, lets a share leave, measures again.
     async fn measure_line(
         &self,
@@ -379,15 +394,7 @@ impl Bench {
             let exact = exact_positions(&people);
             for &strategy in strategies {
                 if strategy != self.queue.event_config(&id).await?.strategy {
-                    self.queue
-                        .put_event(
-                            &id,
-                            &EventPatch {
-                                strategy: Some(strategy),
-                                ..Default::default()
-                            },
-                        )
-                        .await?;
+                    self.set_strategy(&id, strategy).await?;
                 }
                 self.queue.events.forget(&id);
                 rows.push(
@@ -695,17 +702,7 @@ impl Bench {
             StrategyKind::GlobalCounter,
             StrategyKind::Statistical,
         ] {
-            let (cfg, _) = self
-                .queue
-                .put_event(
-                    &id,
-                    &EventPatch {
-                        strategy: Some(strategy),
-                        ..Default::default()
-                    },
-                )
-                .await?;
-            self.queue.events.forget(&id);
+            let cfg = self.set_strategy(&id, strategy).await?;
             let primaries: Vec<&Node> = self.nodes.iter().filter(|n| !n.replica).collect();
             let mut saved = Vec::new();
             let mut scripts_before = (0u64, 0u64);
