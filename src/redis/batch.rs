@@ -54,8 +54,10 @@ impl NodeGroups {
         if fresh || self.refreshing.swap(true, Ordering::AcqRel) {
             return cached.map(|(_, m)| m);
         }
+        // Cleared however this ends: a request dropped mid-read (its client went away) must not
+        // leave the flag set, or the map would never be read again.
+        let _done = ClearOnDrop(&self.refreshing);
         let read = primaries(&mut conn.clone()).await;
-        self.refreshing.store(false, Ordering::Release);
         match read {
             Ok(ranges) if !ranges.is_empty() => {
                 let map = Arc::new(ranges);
@@ -79,6 +81,15 @@ impl NodeGroups {
     /// True while a map is held (false after a group met MOVED, until the next read).
     pub fn is_known(&self) -> bool {
         self.map.lock().expect("slot map").is_some()
+    }
+}
+
+/// Clears a flag when dropped.
+struct ClearOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for ClearOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 
