@@ -281,6 +281,40 @@ pub fn inversions(users: &[Admission]) -> Inversions {
     out
 }
 
+/// Where a user stands, as the last status object said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Waiting,
+    Admitted,
+    SoldOut,
+}
+
+/// What a user keeps of a status object (not the whole JSON: a million are held at once).
+#[derive(Debug, Clone)]
+struct Answer {
+    status: Status,
+    next_poll_ms: u32,
+    admitted_at_ms: Option<u64>,
+    access_token: Option<String>,
+}
+
+impl Answer {
+    fn read(body: &Value) -> Answer {
+        Answer {
+            status: match body["status"].as_str() {
+                Some("admitted") => Status::Admitted,
+                Some("sold_out") => Status::SoldOut,
+                _ => Status::Waiting,
+            },
+            next_poll_ms: body["next_poll_ms"]
+                .as_u64()
+                .map_or(1000, |ms| ms.min(u64::from(u32::MAX)) as u32),
+            admitted_at_ms: body["admitted_at_ms"].as_u64(),
+            access_token: body["access_token"].as_str().map(str::to_owned),
+        }
+    }
+}
+
 #[derive(Default)]
 struct Stats {
     routes: HashMap<&'static str, (Histogram<u64>, HashMap<u16, u64>)>,
@@ -321,31 +355,37 @@ impl Ctx {
         route: &'static str,
         req: reqwest::RequestBuilder,
     ) -> Option<(u16, Value)> {
-        self.call_from(route, req, None)
+        self.call_from(route, move || req, None)
             .await
             .map(|(s, b, _)| (s, b))
     }
 
     /// One request timed from `since` (its intended start, waiting for the gate included) or,
-    /// without it, from when the gate let it through. Also returns when it was sent.
+    /// without it, from when the gate let it through. Also returns when it was sent. The request
+    /// is built only once the gate lets it through, so the many users waiting for the gate hold
+    /// no request yet.
     async fn call_from(
         &self,
         route: &'static str,
-        req: reqwest::RequestBuilder,
+        make: impl FnOnce() -> reqwest::RequestBuilder,
         since: Option<Instant>,
     ) -> Option<(u16, Value, Instant)> {
         let _permit = self.gate.acquire().await.ok()?;
         let sent = Instant::now();
         let t = since.unwrap_or(sent);
-        let resp = req.send().await;
-        let micros = t.elapsed().as_micros() as u64;
-        let (status, body) = match resp {
-            Ok(r) => {
-                let s = r.status().as_u16();
-                (s, r.json::<Value>().await.unwrap_or(Value::Null))
+        // Boxed: the HTTP future is large, and only requests through the gate need one.
+        let (status, body, micros) = Box::pin(async {
+            let resp = make().send().await;
+            let micros = t.elapsed().as_micros() as u64;
+            match resp {
+                Ok(r) => {
+                    let s = r.status().as_u16();
+                    (s, r.json::<Value>().await.unwrap_or(Value::Null), micros)
+                }
+                Err(_) => (599, Value::Null, micros),
             }
-            Err(_) => (599, Value::Null),
-        };
+        })
+        .await;
         let mut st = self.stats.lock().expect("stats");
         let (h, codes) = st
             .routes
@@ -356,21 +396,27 @@ impl Ctx {
         Some((status, body, sent))
     }
 
+    /// One user's whole visit. Between requests a user holds only its ticket and an [`Answer`]:
+    /// each call is boxed, and a call waiting for the gate has not built its request yet (the
+    /// HTTP future, boxed again, exists only past the gate).
     async fn user(self: Arc<Self>, i: usize) {
-        let enter = self
-            .http
-            .post(format!("{}/v1/events/{}/queue", self.base, self.event))
-            .json(&json!({"user_id": format!("lg{i}")}));
+        let enter = || {
+            self.http
+                .post(format!("{}/v1/events/{}/queue", self.base, self.event))
+                .json(&json!({"user_id": format!("lg{i}")}))
+        };
         // Sent when the request left (not when the user wanted to send it: with everyone
         // arriving at once most wait for the gate, and their order is only known from here).
-        let entered = self.call_from("enter", enter, None).await;
+        let entered = Box::pin(self.call_from("enter", enter, None)).await;
         let answered_us = self.start.elapsed().as_micros() as u64;
-        let Some((200, mut status, sent)) = entered else {
+        let Some((200, body, sent)) = entered else {
             self.entered
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return;
         };
-        let ticket = status["ticket"].as_str().unwrap_or_default().to_owned();
+        let ticket = body["ticket"].as_str().unwrap_or_default().to_owned();
+        let mut answer = Answer::read(&body);
+        drop(body);
         if self.args.poll_phase_seconds > 0.0 {
             self.stats
                 .lock()
@@ -382,28 +428,29 @@ impl Ctx {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let _ = self.polling.clone().wait_for(|open| *open).await;
         loop {
-            match status["status"].as_str() {
-                Some("admitted") => break,
-                Some("sold_out") => {
+            match answer.status {
+                Status::Admitted => break,
+                Status::SoldOut => {
                     self.stats.lock().expect("stats").sold_out += 1;
                     return;
                 }
-                _ => {}
+                Status::Waiting => {}
             }
             if Instant::now() > self.deadline {
                 self.stats.lock().expect("stats").gave_up += 1;
                 return;
             }
-            let wait =
-                status["next_poll_ms"].as_f64().unwrap_or(1000.0) / self.args.time_compression;
+            let wait = f64::from(answer.next_poll_ms) / self.args.time_compression;
             tokio::time::sleep(Duration::from_millis(wait.max(10.0) as u64)).await;
-            let poll = self.http.get(format!(
-                "{}/v1/events/{}/queue/{ticket}",
-                self.base, self.event
-            ));
-            match self.call("poll", poll).await {
-                Some((200, s)) => status = s,
-                Some((429 | 503 | 599, _)) => {}
+            let poll = || {
+                self.http.get(format!(
+                    "{}/v1/events/{}/queue/{ticket}",
+                    self.base, self.event
+                ))
+            };
+            match Box::pin(self.call_from("poll", poll, None)).await {
+                Some((200, s, _)) => answer = Answer::read(&s),
+                Some((429 | 503 | 599, _, _)) => {}
                 _ => return,
             }
         }
@@ -413,7 +460,7 @@ impl Ctx {
             let now = Instant::now();
             st.first_admit.get_or_insert(now);
             st.last_admit = Some(now);
-            if let Some(admitted_at_ms) = status["admitted_at_ms"].as_u64() {
+            if let Some(admitted_at_ms) = answer.admitted_at_ms {
                 st.admissions.push(Admission {
                     sent_us: sent.duration_since(self.start).as_micros() as u64,
                     answered_us,
@@ -421,10 +468,7 @@ impl Ctx {
                 });
             }
         }
-        let token = status["access_token"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
+        let token = answer.access_token.unwrap_or_default();
         let buys = rand::rng().random_bool(self.args.buy_share.clamp(0.0, 1.0));
         if buys {
             let picks: Vec<String> = {
@@ -441,13 +485,13 @@ impl Ctx {
                 .post(format!("{}/v1/shows/{}/holds", self.base, self.show))
                 .bearer_auth(&token)
                 .json(&json!({"seats": picks}));
-            if let Some((201, h)) = self.call("hold", hold).await {
+            if let Some((201, h)) = Box::pin(self.call("hold", hold)).await {
                 let book = self
                     .http
                     .post(format!("{}/v1/shows/{}/bookings", self.base, self.show))
                     .bearer_auth(&token)
                     .json(&json!({"hold_id": h["hold_id"]}));
-                if let Some((201, b)) = self.call("book", book).await {
+                if let Some((201, b)) = Box::pin(self.call("book", book)).await {
                     let id = b["booking_id"].as_str().unwrap_or_default().to_owned();
                     self.stats.lock().expect("stats").bookings.push((id, picks));
                     return;
@@ -458,7 +502,7 @@ impl Ctx {
             "{}/v1/events/{}/queue/{ticket}",
             self.base, self.event
         ));
-        self.call("leave", leave).await;
+        Box::pin(self.call("leave", leave)).await;
     }
 }
 
@@ -730,7 +774,7 @@ async fn poll_phase(ctx: &Arc<Ctx>) -> Duration {
         let req = ctx
             .http
             .get(format!("{}/v1/events/{}/queue/{t}", ctx.base, ctx.event));
-        ctx.call_from(POLL_PHASE, req, since).await;
+        ctx.call_from(POLL_PHASE, move || req, since).await;
     };
     let mut tasks = tokio::task::JoinSet::new();
     if ctx.args.poll_rate > 0.0 {
