@@ -70,5 +70,7 @@ if ARGV[4] ~= '' then
     first = f[2]
   end
 end
-return {redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[1]), heads, abandoned, carried, first,
+-- Every place removed above was read from the line in this script: the line is now
+-- `waiting - abandoned` long.
+return {redis.call('ZCARD', KEYS[2]), waiting - abandoned, heads, abandoned, carried, first,
         suspended}

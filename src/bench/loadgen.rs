@@ -938,12 +938,6 @@ async fn redis_figures(nodes: &[String]) -> Option<RedisFigures> {
         memory: 0,
         cpu: 0.0,
     };
-    let field = |info: &str, name: &str| -> u64 {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
-    };
     for url in nodes {
         let client = redis::Client::open(url.as_str()).ok()?;
         let connect = client.get_multiplexed_async_connection();
@@ -957,18 +951,21 @@ async fn redis_figures(nodes: &[String]) -> Option<RedisFigures> {
             .await
             .ok()?;
         if info.contains("role:master") {
-            total.commands += field(&info, "total_commands_processed:");
-            total.memory += field(&info, "used_memory:");
+            total.commands += info_field::<u64>(&info, "total_commands_processed:");
+            total.memory += info_field::<u64>(&info, "used_memory:");
         }
-        for name in ["used_cpu_user:", "used_cpu_sys:"] {
-            total.cpu += info
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .unwrap_or(0.0);
-        }
+        total.cpu +=
+            info_field::<f64>(&info, "used_cpu_user:") + info_field::<f64>(&info, "used_cpu_sys:");
     }
     Some(total)
+}
+
+/// One `name:value` field of an INFO reply (0 when absent).
+fn info_field<T: std::str::FromStr + Default>(info: &str, name: &str) -> T {
+    info.lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_default()
 }
 
 /// When user `i` of `n` arrives.

@@ -160,25 +160,6 @@ pub struct AdmitRow {
 /// command a script runs at 0) stays out of the figures.
 const SLOWLOG_US: u64 = 100;
 
-/// `cmdstat_evalsha` calls and usec of one node.
-async fn evalsha_stats(c: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<(u64, u64)> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(c)
-        .await?;
-    let line = info
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
-        .unwrap_or_default();
-    let field = |name: &str| -> u64 {
-        line.split(',')
-            .find_map(|f| f.strip_prefix(name))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    Ok((field("calls="), field("usec=")))
-}
-
 /// Everything measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -705,7 +686,6 @@ impl Bench {
             let cfg = self.set_strategy(&id, strategy).await?;
             let primaries: Vec<&Node> = self.nodes.iter().filter(|n| !n.replica).collect();
             let mut saved = Vec::new();
-            let mut scripts_before = (0u64, 0u64);
             for node in &primaries {
                 let mut c = node_conn(node).await?;
                 let (_, threshold): (String, String) = redis::cmd("CONFIG")
@@ -724,9 +704,8 @@ impl Bench {
                     .arg("RESET")
                     .query_async(&mut c)
                     .await?;
-                let (calls, usec) = evalsha_stats(&mut c).await?;
-                scripts_before = (scripts_before.0 + calls, scripts_before.1 + usec);
             }
+            let scripts_before = self.command_calls().await?;
             let started = Instant::now();
             let admitted =
                 crate::queue::admission::admit_once(self.queue.clone(), &id, &cfg, count).await?;
@@ -750,11 +729,9 @@ impl Bench {
                 slowest: format!("none over {SLOWLOG_US} µs"),
                 logged: Default::default(),
             };
-            let mut scripts_after = (0u64, 0u64);
+            let scripts_after = self.command_calls().await?;
             for (node, threshold) in primaries.iter().zip(saved) {
                 let mut c = node_conn(node).await?;
-                let (calls, usec) = evalsha_stats(&mut c).await?;
-                scripts_after = (scripts_after.0 + calls, scripts_after.1 + usec);
                 let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
                     .arg("GET")
                     .arg(-1)
@@ -792,8 +769,14 @@ impl Bench {
                     }
                 }
             }
-            row.scripts = (scripts_after.0 - scripts_before.0) as usize;
-            row.scripts_ms = (scripts_after.1 - scripts_before.1) as f64 / 1000.0;
+            // Replicas run no EVALSHA (Redis 7 replicates a script's effects), so every node's
+            // count can be summed.
+            let delta = |f: fn(&Calls) -> u64| -> u64 {
+                let sum = |calls: &[Calls]| calls.iter().map(f).sum::<u64>();
+                sum(&scripts_after).saturating_sub(sum(&scripts_before))
+            };
+            row.scripts = delta(|c| c.evalsha) as usize;
+            row.scripts_ms = delta(|c| c.evalsha_usec) as f64 / 1000.0;
             waiting -= admitted;
             rows.push(row);
         }
@@ -829,8 +812,8 @@ impl Bench {
         Ok(())
     }
 
-    /// Per node: client commands processed (scripts count once; replication traffic excluded)
-    /// and ZCOUNT calls.
+    /// Per node: client commands processed (scripts count once; replication traffic excluded),
+    /// ZCOUNT calls, and scripts run with their time.
     async fn command_calls(&self) -> anyhow::Result<Vec<Calls>> {
         let mut out = Vec::new();
         for node in &self.nodes {
@@ -850,6 +833,8 @@ impl Bench {
 struct Calls {
     total: u64,
     zcount: u64,
+    evalsha: u64,
+    evalsha_usec: u64,
 }
 
 /// The commands a poll or an enter sends as round trips: EVALSHA and the plain reads the service
@@ -867,16 +852,23 @@ fn parse_calls(info: &str) -> Calls {
         else {
             continue;
         };
-        let n: u64 = rest
-            .split(',')
-            .find_map(|f| f.strip_prefix("calls="))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
+        let field = |key: &str| -> u64 {
+            rest.split(',')
+                .find_map(|f| f.strip_prefix(key))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        let n = field("calls=");
         if CLIENT_COMMANDS.contains(&name) {
             calls.total += n;
         }
-        if name == "zcount" {
-            calls.zcount += n;
+        match name {
+            "zcount" => calls.zcount += n,
+            "evalsha" => {
+                calls.evalsha += n;
+                calls.evalsha_usec += field("usec=");
+            }
+            _ => {}
         }
     }
     calls

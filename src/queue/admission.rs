@@ -340,8 +340,6 @@ impl EventAdmission {
                 tracing::info!(event = %self.event, "admission: polls are back; abandoned places are removed again");
             }
         }
-        metrics::gauge!(telemetry::ABANDONMENT_SUSPENDED, "event" => self.event.to_string())
-            .set(if suspended { 1.0 } else { 0.0 });
         let admit_abandon_before = if suspended { 0 } else { abandon_before };
         if counting {
             self.counter_figures = self.publish_counter_figures(cfg, &shards).await?;
@@ -416,6 +414,8 @@ impl EventAdmission {
         self.tokens -= admitted as f64;
 
         let ev = self.event.to_string();
+        metrics::gauge!(telemetry::ABANDONMENT_SUSPENDED, "event" => ev.clone())
+            .set(if suspended { 1.0 } else { 0.0 });
         metrics::counter!(telemetry::ABANDONED_TOTAL, "event" => ev.clone()).increment(abandoned);
         metrics::counter!(telemetry::ADMISSION_COMMANDS, "event" => ev.clone()).increment(commands);
         metrics::counter!(telemetry::ADMITTED_TOTAL, "event" => ev.clone())

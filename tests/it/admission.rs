@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::common::{eventually, spawn_app, unique};
+use crate::common::{eventually, spawn_app, unique, TestApp};
 
 /// Enters `n` users one after another; returns their tickets in arrival order.
 async fn enter_in_order(app: &crate::common::TestApp, ev: &str, n: usize) -> Vec<String> {
@@ -184,6 +184,21 @@ async fn a_paused_event_admits_nobody_until_reopened() {
     .await;
 }
 
+/// Puts `member` straight into a shard's line with order key `score`, and into its last-seen
+/// set when `seen` (ms) is given: a line shaped as a test needs it, without entering.
+async fn place(app: &TestApp, tag: &str, member: &str, score: f64, seen: Option<f64>) {
+    let k = app.keys.shard(tag);
+    let mut conn = app.redis.clone();
+    let _: i64 = redis::AsyncCommands::zadd(&mut conn, k.waiting, member, score)
+        .await
+        .unwrap();
+    if let Some(seen) = seen {
+        let _: i64 = redis::AsyncCommands::zadd(&mut conn, k.seen, member, seen)
+            .await
+            .unwrap();
+    }
+}
+
 #[tokio::test]
 async fn admission_keeps_global_order_when_the_front_of_the_line_is_all_in_one_shard() {
     // The scheduler reads only a few heads per shard (an even share of a tick's budget plus a
@@ -199,32 +214,24 @@ async fn admission_keeps_global_order_when_the_front_of_the_line_is_all_in_one_s
     .await;
     let tags = app.shard_tags(&ev).await;
     let mut order = Vec::new();
-    let mut conn = app.redis.clone();
     for i in 0..300u32 {
         let member = format!("front-{i:04}");
-        let _: i64 = redis::AsyncCommands::zadd(
-            &mut conn,
-            app.keys.shard(&tags[0]).waiting,
-            &member,
-            f64::from(1 + i),
-        )
-        .await
-        .unwrap();
+        place(&app, &tags[0], &member, f64::from(1 + i), None).await;
         order.push(member);
     }
     for j in 0..300u32 {
         let member = format!("rest-{j:04}");
-        let shard = (j % 8) as usize;
-        let _: i64 = redis::AsyncCommands::zadd(
-            &mut conn,
-            app.keys.shard(&tags[shard]).waiting,
+        place(
+            &app,
+            &tags[(j % 8) as usize],
             &member,
             f64::from(1000 + j),
+            None,
         )
-        .await
-        .unwrap();
+        .await;
         order.push(member);
     }
+    let mut conn = app.redis.clone();
 
     let r = app.put_event(&ev, json!({"admit_per_second": 1000})).await;
     assert_eq!(r.status(), StatusCode::OK);
@@ -284,15 +291,8 @@ async fn nobody_is_taken_for_gone_when_most_of_the_line_has_not_been_heard_from(
             )
             .await;
             let tags = app.shard_tags(&event).await;
-            let mut conn = app.redis.clone();
             for (shard, member, score, seen) in people {
-                let k = app.keys.shard(&tags[shard]);
-                let _: i64 = redis::AsyncCommands::zadd(&mut conn, k.waiting, &member, score)
-                    .await
-                    .unwrap();
-                let _: i64 = redis::AsyncCommands::zadd(&mut conn, k.seen, &member, seen)
-                    .await
-                    .unwrap();
+                place(app, &tags[shard], &member, score, Some(seen)).await;
             }
         }
     };
