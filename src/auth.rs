@@ -118,9 +118,13 @@ impl Signer {
     }
 }
 
-/// Compares two secrets in time independent of where they differ.
+/// Compares a presented secret with the expected one in time independent of where they differ
+/// and of their lengths: both are hashed to 32 bytes first, then compared with `subtle`.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    use sha2::Digest as _;
+    use subtle::ConstantTimeEq as _;
+    let (ha, hb) = (sha2::Sha256::digest(a), sha2::Sha256::digest(b));
+    ha[..].ct_eq(&hb[..]).into()
 }
 
 #[cfg(test)]

@@ -36,12 +36,6 @@ pub enum Command {
     Reconcile(Box<ReconcileArgs>),
     /// Apply the database migrations and exit.
     Migrate(DbConfig),
-    /// Play a sale against a running service over HTTP and report throughput and the audit.
-    Loadgen(Box<crate::bench::loadgen::LoadgenArgs>),
-    /// Measure confirmed seats per second into PostgreSQL through Kafka (docs/benchmarks.md).
-    LedgerBench(Box<crate::bench::ledger::LedgerBenchArgs>),
-    /// Measure each ordering strategy's position error and Redis cost (docs/ordering.md).
-    OrderingBench(crate::bench::ordering::OrderingBenchArgs),
     /// Exit 0 when the service at URL answers /healthz.
     Healthcheck {
         /// Base URL of the service.
@@ -100,6 +94,10 @@ pub struct HttpConfig {
     /// Requests one client may make in a burst above the steady rate.
     #[arg(long, env = "WAITROOM_CLIENT_BURST", default_value_t = 20)]
     pub client_burst: u32,
+    /// Longest a request may take before it is answered 503, seconds (above the Kafka ack
+    /// timeout, so a booking's outcome is known before its request is cut).
+    #[arg(long, env = "WAITROOM_REQUEST_TIMEOUT_SECONDS", default_value_t = 15)]
+    pub request_timeout_seconds: u64,
     /// How long to let in-flight requests finish on shutdown, seconds.
     #[arg(long, env = "WAITROOM_DRAIN_SECONDS", default_value_t = 10)]
     pub drain_seconds: u64,
@@ -148,6 +146,14 @@ pub struct RedisConfig {
         default_value_t = false
     )]
     pub read_from_replicas: bool,
+    /// Operations per second one Redis node is taken to sustain: dashboards and alerts draw the
+    /// 70 % line from it (measure it for your node type; docs/benchmarks.md has this machine's).
+    #[arg(
+        long = "redis-node-ops-capacity",
+        env = "WAITROOM_REDIS_NODE_OPS_CAPACITY",
+        default_value_t = 100_000.0
+    )]
+    pub node_ops_capacity: f64,
     /// Response timeout per request, ms.
     #[arg(
         long = "redis-response-timeout-ms",

@@ -1,21 +1,27 @@
 //! # waitroom: a virtual waiting room and seat gate for flash ticket sales
 //!
 //! ## Layout
+//! Modules form a tree: each uses only those below it (docs/architecture.md draws it).
 //! - [`config`]: flags and `WAITROOM_*` variables; subcommands.
-//! - [`startup`]: `Application::build` / `run_until_stopped`, signal handling.
-//! - [`http`]: the router, one module per area (`queue`, `admin`, `ops`), `ApiError`.
+//! - [`startup`]: `Services` (the domain services, wired once), `Application::build` /
+//!   `run_until_stopped`, migrations and topic creation in the background, signal handling.
+//! - [`http`]: the router, one module per area (`queue`, `seats`, `admin`, `ops`), `ApiError`.
+//! - [`booking`]: a hold becoming a booking (`Bookings`), the Kafka producer, the ledger
+//!   consumer and its SQL.
+//! - [`seats`]: shows, seat maps and holds; the admission leader's seat housekeeping.
 //! - [`queue`]: the waiting room — enter, poll, leave, events, and the admission scheduler.
-//! - [`redis`]: the cluster/standalone client, every key format (`keys`), the Lua scripts.
+//! - [`redis`]: the cluster/standalone client, the shared `Store`, every key format (`keys`),
+//!   the Lua scripts and their typed replies.
 //! - [`auth`]: ticket derivation and signed access tokens.
 //! - [`ids`]: identifiers validated at the edge.
 //! - [`telemetry`]: logging and metric names.
 //!
-//! Ordering rules (positions, K-way merge) live in the pure crate `waitroom-strategies`.
+//! Ordering rules (positions, K-way merge) live in the pure crate `waitroom-strategies`; the
+//! load generator and benchmarks in `waitroom-bench`, which uses this crate as any client would.
 
 #![forbid(unsafe_code)]
 
 pub mod auth;
-pub mod bench;
 pub mod booking;
 pub mod config;
 pub mod http;

@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use clap::Parser as _;
 use waitroom::booking::consumer;
 use waitroom::config::{Cli, Command};
-use waitroom::startup::{connect_sales, shutdown_on_signals, Application};
+use waitroom::startup::{migrate, shutdown_on_signals, Application, Services};
 
 /// mimalloc instead of the system allocator: a profile of the service under load
 /// (docs/benchmarks.md) spent a third of its user-space time in glibc malloc, free and memmove.
@@ -32,29 +32,28 @@ async fn main() -> anyhow::Result<()> {
                 .connect(db.url.expose())
                 .await
                 .context("connecting to PostgreSQL")?;
-            sqlx::migrate!("./migrations")
-                .run(&pool)
-                .await
-                .context("running migrations")?;
+            migrate(&pool).await.context("running migrations")?;
             println!("migrations applied");
             Ok(())
         }
         Command::Healthcheck { url } => healthcheck(&url).await,
         Command::Ledger(config) => {
             let (_, secret) = config.secrets()?;
-            let sales = connect_sales(&config, &secret).await?;
+            let services = Services::connect(&config, &secret).await?;
+            migrate(services.db())
+                .await
+                .context("running migrations before the ledger starts")?;
             consumer::run(
                 config.kafka.clone(),
-                sales.db.clone(),
-                sales,
+                services.bookings,
                 shutdown_on_signals(),
             )
             .await
         }
         Command::Reconcile(args) => {
             let (_, secret) = args.config.secrets()?;
-            let sales = connect_sales(&args.config, &secret).await?;
-            let drift = sales.reconcile(args.repair).await?;
+            let services = Services::connect(&args.config, &secret).await?;
+            let drift = services.bookings.reconcile(args.repair).await?;
             for d in &drift {
                 println!("{}", serde_json::to_string(d)?);
             }
@@ -65,32 +64,19 @@ async fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::Loadgen(args) => waitroom::bench::loadgen::run(*args).await.map(|_| ()),
-        Command::LedgerBench(args) => waitroom::bench::ledger::run(*args).await.map(|_| ()),
-        Command::OrderingBench(args) => waitroom::bench::ordering::run(args).await.map(|_| ()),
     }
 }
 
-/// Minimal HTTP/1.1 GET of /healthz, without pulling an HTTP client into the binary.
+/// GET of `<url>/healthz` with a 5 s bound: exit 0 when it answers 200.
 async fn healthcheck(url: &str) -> anyhow::Result<()> {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let host = url.trim_start_matches("http://").trim_end_matches('/');
-    let mut stream = tokio::net::TcpStream::connect(host)
+    let resp = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(5))
+        .build()?
+        .get(format!("{}/healthz", url.trim_end_matches('/')))
+        .send()
         .await
-        .with_context(|| format!("connecting to {host}"))?;
-    stream
-        .write_all(
-            format!("GET /healthz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
-                .as_bytes(),
-        )
-        .await?;
-    let mut buf = String::new();
-    stream.read_to_string(&mut buf).await?;
-    anyhow::ensure!(
-        buf.starts_with("HTTP/1.1 200"),
-        "unhealthy: {}",
-        buf.lines().next().unwrap_or("")
-    );
+        .with_context(|| format!("asking {url} for /healthz"))?;
+    anyhow::ensure!(resp.status().is_success(), "unhealthy: {}", resp.status());
     println!("healthy");
     Ok(())
 }

@@ -1,27 +1,86 @@
 //! Building and running the service: `Application::build` binds and connects,
 //! `run_until_stopped` serves until the shutdown token fires (zero2prod's shape, so tests run
 //! exactly what production runs).
+//!
+//! Start-up binds the listener first, then connects to Redis (bounded); the database schema and
+//! the bookings topic are prepared in the background by [`prepare_backends`], the one place
+//! migrations run, so a slow or broken PostgreSQL or Kafka delays only `/readyz`, never
+//! `/healthz` or the waiting line. Shutdown has one bound over everything that drains.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use backon::{ExponentialBuilder, Retryable as _};
 use rdkafka::producer::BaseProducer;
 use rdkafka::ClientConfig;
 use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::Signer;
-use crate::booking::consumer;
 use crate::booking::producer::{ensure_topic, BookingProducer};
-use crate::config::Config;
+use crate::booking::{consumer, Bookings};
+use crate::config::{Config, KafkaConfig};
 use crate::http::ops::Readiness;
 use crate::http::{self, AppState};
-use crate::queue::{admission, Queue};
-use crate::redis::{self as wredis, keys::Keys};
-use crate::seats::Sales;
+use crate::queue::admission::{self, Housekeeping};
+use crate::queue::Queue;
+use crate::redis::Store;
+use crate::seats::Seats;
+
+/// Retries of a back end's preparation at start-up: from 200 ms, doubling to 5 s, until it
+/// works or the service stops.
+const RETRY_PREPARE: ExponentialBuilder = ExponentialBuilder::new()
+    .with_min_delay(Duration::from_millis(200))
+    .with_max_delay(Duration::from_secs(5))
+    .with_jitter()
+    .without_max_times();
+
+/// The domain services, wired once: the waiting room, seats and bookings over one Redis store
+/// and one database pool.
+pub struct Services {
+    /// The waiting room.
+    pub queue: Arc<Queue>,
+    /// Shows, seat maps and holds.
+    pub seats: Arc<Seats>,
+    /// Bookings and the ledger's side of them.
+    pub bookings: Arc<Bookings>,
+}
+
+impl Services {
+    /// Connects to Redis (scripts loaded) and makes the PostgreSQL pool (lazy: it connects on
+    /// first use) and the Kafka producer, for `serve`, `ledger` and `reconcile`.
+    pub async fn connect(config: &Config, token_secret: &str) -> anyhow::Result<Self> {
+        let store = Store::connect(&config.redis).await?;
+        let queue = Arc::new(Queue::new(store.clone(), Signer::new(token_secret)));
+        let db = PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(2))
+            .connect_lazy(config.db.url.expose())
+            .context("parsing WAITROOM_DATABASE_URL")?;
+        let seats = Arc::new(Seats::new(store.clone(), queue.clone(), db.clone()));
+        let bookings = Arc::new(Bookings::new(
+            store,
+            queue.clone(),
+            seats.clone(),
+            db,
+            BookingProducer::new(&config.kafka)?,
+        ));
+        Ok(Services {
+            queue,
+            seats,
+            bookings,
+        })
+    }
+
+    /// The ledger's database pool.
+    pub fn db(&self) -> &PgPool {
+        self.bookings.db()
+    }
+}
 
 /// A built, not yet running, service.
 pub struct Application {
@@ -32,40 +91,38 @@ pub struct Application {
 }
 
 impl Application {
-    /// Binds the listener and connects to Redis (PostgreSQL and Kafka connect lazily: the
-    /// waiting line must keep working while they are down).
+    /// Binds the listener and connects to Redis. PostgreSQL and Kafka are prepared in the
+    /// background once running: the waiting line must keep working while they are down.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         let (admin_token, token_secret) = config.secrets()?;
-        if config.auth.admin_token.is_none() {
-            tracing::warn!(admin_token = %admin_token, "no WAITROOM_ADMIN_TOKEN set: using the development admin token");
-        }
         crate::telemetry::metrics_handle();
-        let sales = connect_sales(&config, &token_secret).await?;
-        let (queue, db) = (sales.queue.clone(), sales.db.clone());
+        let listener = TcpListener::bind(config.http.addr)
+            .await
+            .with_context(|| format!("binding {}", config.http.addr))?;
+        let services = Services::connect(&config, &token_secret).await?;
         let kafka: BaseProducer = ClientConfig::new()
             .set("bootstrap.servers", &config.kafka.brokers)
             .set("socket.timeout.ms", "2000")
             .create()
             .context("creating the Kafka client")?;
-        let listener = TcpListener::bind(config.http.addr)
-            .await
-            .with_context(|| format!("binding {}", config.http.addr))?;
         let instance = config
             .instance_id
             .clone()
             .unwrap_or_else(|| format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()));
         let state = AppState {
-            queue,
-            sales,
+            readiness: Arc::new(Readiness::new(
+                services.queue.store().conn(),
+                services.db().clone(),
+                Arc::new(kafka),
+            )),
+            queue: services.queue,
+            seats: services.seats,
+            bookings: services.bookings,
             admin_token: admin_token.into(),
             limiter: AppState::client_limiter(
                 config.http.client_rate_per_second,
                 config.http.client_burst,
             ),
-            readiness: Arc::new(Readiness {
-                db,
-                kafka: Arc::new(kafka),
-            }),
         };
         Ok(Application {
             listener,
@@ -92,130 +149,122 @@ impl Application {
         &self.instance
     }
 
-    /// Serves until `shutdown` is cancelled: stops admitting, drains requests (bounded), exits.
+    /// Serves until `shutdown` is cancelled: stops admitting, drains requests, exits — all of
+    /// it within one bound (`WAITROOM_DRAIN_SECONDS`).
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        let scheduler = (!self.config.admission.no_admission).then(|| {
-            tokio::spawn(admission::run(
+        let mut background = Vec::new();
+        background.push(tokio::spawn(prepare_backends(
+            self.state.bookings.db().clone(),
+            self.config.kafka.clone(),
+            self.state.readiness.clone(),
+            shutdown.clone(),
+        )));
+        background.push(tokio::spawn(crate::redis::nodes::watch(
+            self.state.queue.store().conn(),
+            self.config.redis.nodes.first().cloned().unwrap_or_default(),
+            self.config.redis.node_ops_capacity,
+            shutdown.clone(),
+        )));
+        if !self.config.admission.no_admission {
+            let housekeeping: Arc<dyn Housekeeping> = self.state.seats.clone();
+            background.push(tokio::spawn(admission::run(
                 self.state.queue.clone(),
-                Some(self.state.sales.clone()),
+                Some(housekeeping),
                 self.config.admission.clone(),
                 self.instance.clone(),
                 shutdown.clone(),
-            ))
-        });
+            )));
+        }
         if let Some(limiter) = self.state.limiter.clone() {
             let token = shutdown.clone();
-            tokio::spawn(async move {
+            background.push(tokio::spawn(async move {
                 loop {
                     tokio::select! {
                         _ = token.cancelled() => break,
                         _ = tokio::time::sleep(Duration::from_secs(30)) => limiter.retain_recent(),
                     }
                 }
-            });
+            }));
         }
-        let ledger = (!self.config.kafka.no_ledger).then(|| {
-            let (cfg, db, sales, token) = (
+        if !self.config.kafka.no_ledger {
+            let (cfg, bookings, ready, token) = (
                 self.config.kafka.clone(),
-                self.state.readiness.db.clone(),
-                self.state.sales.clone(),
+                self.state.bookings.clone(),
+                self.state.readiness.clone(),
                 shutdown.clone(),
             );
-            tokio::spawn(async move {
-                if let Err(e) = consumer::run(cfg, db, sales, token).await {
+            background.push(tokio::spawn(async move {
+                // The ledger writes to the schema: wait until it exists.
+                if !ready.wait_for_schema(&token).await {
+                    return;
+                }
+                if let Err(e) = consumer::run(cfg, bookings, token).await {
                     tracing::error!(error = ?e, "ledger consumer stopped");
                 }
-            })
-        });
-        tokio::spawn(migrate_when_reachable(
-            self.state.readiness.db.clone(),
-            shutdown.clone(),
-        ));
-        let drain = Duration::from_secs(self.config.http.drain_seconds);
-        let app = http::router(self.state);
+            }));
+        }
+        let app = http::router(
+            self.state,
+            Duration::from_secs(self.config.http.request_timeout_seconds),
+        );
         let token = shutdown.clone();
         let server = axum::serve(self.listener, app)
             .with_graceful_shutdown(async move { token.cancelled().await });
         let served = tokio::spawn(async move { server.await });
         shutdown.cancelled().await;
-        if let Some(s) = scheduler {
-            let _ = s.await;
-        }
-        if let Some(l) = ledger {
-            let _ = l.await;
-        }
-        match tokio::time::timeout(drain, served).await {
+        let drain = Duration::from_secs(self.config.http.drain_seconds);
+        let everything = async {
+            for task in background {
+                let _ = task.await;
+            }
+            served.await
+        };
+        match tokio::time::timeout(drain, everything).await {
             Ok(joined) => joined.context("HTTP server task")?.context("HTTP server")?,
-            Err(_) => tracing::warn!("requests still in flight after the drain timeout; exiting"),
+            Err(_) => tracing::warn!(
+                drain_seconds = drain.as_secs(),
+                "still draining after the drain timeout; exiting"
+            ),
         }
         Ok(())
     }
 }
 
-/// Connects everything the sale needs — Redis (scripts loaded), PostgreSQL (migrated when it
-/// answers), Kafka (topic created when it answers) — for `serve`, `ledger` and `reconcile`.
-pub async fn connect_sales(config: &Config, token_secret: &str) -> anyhow::Result<Arc<Sales>> {
-    let conn = wredis::connect(&config.redis).await?;
-    let reads = wredis::connect_reads(&config.redis, &conn).await?;
-    tracing::info!(
-        cluster = conn.is_cluster(),
-        replica_reads = config.redis.read_from_replicas,
-        "connected to Redis"
-    );
-    let queue = Arc::new(Queue::new(
-        conn,
-        reads,
-        Keys::new(config.redis.key_prefix.clone()),
-        Signer::new(token_secret),
-    ));
-    queue
-        .scripts
-        .preload(&mut queue.conn.clone())
-        .await
-        .context("loading the Lua scripts")?;
-    let db = PgPoolOptions::new()
-        .max_connections(8)
-        .acquire_timeout(Duration::from_secs(2))
-        .connect_lazy(config.db.url.expose())
-        .context("parsing WAITROOM_DATABASE_URL")?;
-    // Tables first when PostgreSQL answers now; otherwise the service starts anyway and a
-    // background task applies them once it does.
-    let migrated = tokio::time::timeout(
-        Duration::from_secs(10),
-        sqlx::migrate!("./migrations").run(&db),
-    )
-    .await;
-    if !matches!(migrated, Ok(Ok(()))) {
-        tracing::warn!("database migrations not applied at start-up; retrying in the background");
-    }
-    match tokio::time::timeout(Duration::from_secs(10), ensure_topic(&config.kafka)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "bookings topic not created; bookings will answer 503 until Kafka works")
-        }
-        Err(_) => tracing::warn!(
-            "Kafka did not answer at start-up; bookings will answer 503 until it does"
-        ),
-    }
-    Ok(Arc::new(Sales {
-        queue,
-        db,
-        producer: BookingProducer::new(&config.kafka)?,
-    }))
+/// Applies the database migrations: the one place they run (`waitroom migrate`, and
+/// [`prepare_backends`] at start-up).
+pub async fn migrate(db: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
+    sqlx::migrate!("./migrations").run(db).await
 }
 
-/// Applies the migrations once PostgreSQL answers. The waiting line does not need the database,
-/// so a database that is down at start-up delays only this, not the service.
-async fn migrate_when_reachable(db: sqlx::PgPool, shutdown: CancellationToken) {
-    loop {
-        match sqlx::migrate!("./migrations").run(&db).await {
-            Ok(()) => return,
-            Err(e) => tracing::warn!(error = %e, "migrations not applied yet; retrying"),
+/// Prepares PostgreSQL (migrations) and Kafka (the bookings topic) in the background, each
+/// retried with backoff until it works, and marks each ready for `/readyz` and the ledger.
+pub async fn prepare_backends(
+    db: PgPool,
+    kafka: KafkaConfig,
+    ready: Arc<Readiness>,
+    shutdown: CancellationToken,
+) {
+    let schema = async {
+        let done = (|| migrate(&db))
+            .retry(RETRY_PREPARE)
+            .notify(|e, wait| tracing::warn!(error = %e, retry_in = ?wait, "migrations not applied yet"))
+            .await;
+        if done.is_ok() {
+            ready.mark_schema_ready();
         }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+    };
+    let topic = async {
+        let done = (|| ensure_topic(&kafka))
+            .retry(RETRY_PREPARE)
+            .notify(|e, wait| tracing::warn!(error = %e, retry_in = ?wait, "bookings topic not created yet; bookings answer 503 until Kafka works"))
+            .await;
+        if done.is_ok() {
+            ready.mark_topic_ready();
         }
+    };
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        _ = async { tokio::join!(schema, topic) } => {}
     }
 }
 

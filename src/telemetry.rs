@@ -52,6 +52,63 @@ pub const KAFKA_PRODUCE_LATENCY: &str = "waitroom_kafka_produce_seconds";
 /// Keys found holding the wrong type and moved aside.
 pub const WRONGTYPE_REPAIRS: &str = "waitroom_wrongtype_repairs_total";
 
+/// People waiting in one shard, by `event` and `shard` (set by the admission leader each tick).
+pub const QUEUE_SHARD_WAITING: &str = "waitroom_queue_shard_waiting";
+/// The event's configured admission rate, per second, by `event` (set by the leader).
+pub const ADMIT_RATE_CONFIGURED: &str = "waitroom_admit_rate_configured";
+/// The admission rate the leader measured over the last seconds, by `event`.
+pub const ADMIT_RATE_MEASURED: &str = "waitroom_admit_rate_measured";
+/// Unix seconds of the leader's last completed tick, by `event`: admission lag is `time() −`
+/// this while people wait.
+pub const ADMISSION_LAST_TICK: &str = "waitroom_admission_last_tick_timestamp_seconds";
+/// 1 for the strategy computing positions now, by `event` and `strategy` (0 for the others).
+pub const EFFECTIVE_STRATEGY: &str = "waitroom_effective_strategy";
+/// The event's error budget for estimated positions (its `hybrid_max_error`), by `event`.
+pub const POSITION_ERROR_BUDGET: &str = "waitroom_position_error_budget";
+/// Enters answered by this instance, by `event`.
+pub const QUEUE_ENTERED: &str = "waitroom_queue_entered_total";
+/// Polls answered by this instance, by `event`.
+pub const QUEUE_POLLS: &str = "waitroom_queue_polls_total";
+/// Seconds one ledger batch took from its first message to its committed offsets.
+pub const LEDGER_BATCH_SECONDS: &str = "waitroom_ledger_batch_seconds";
+/// Booking messages the ledger could not apply and set aside.
+pub const LEDGER_DEAD_LETTERS: &str = "waitroom_ledger_dead_letters_total";
+/// The configured capacity of one Redis node, operations per second (the 70 % line of the
+/// dashboards and alerts is drawn from it).
+pub const REDIS_NODE_OPS_CAPACITY: &str = "waitroom_redis_node_ops_capacity";
+
+/// Redis nodes as an operator sees them, read from each node's `INFO` by the service, under
+/// the metric names of the common redis_exporter (oliver006/redis_exporter), with the node in
+/// the label `addr`, so its community dashboards and ours read the same series.
+pub mod redis_node {
+    /// 1 when the node answered the last read, else 0.
+    pub const UP: &str = "redis_up";
+    /// `total_commands_processed` (counter).
+    pub const COMMANDS_PROCESSED: &str = "redis_commands_processed_total";
+    /// `instantaneous_ops_per_sec`.
+    pub const OPS_PER_SEC: &str = "redis_instantaneous_ops_per_sec";
+    /// `used_memory`, bytes.
+    pub const MEMORY_USED: &str = "redis_memory_used_bytes";
+    /// `maxmemory`, bytes (0: no limit).
+    pub const MEMORY_MAX: &str = "redis_memory_max_bytes";
+    /// `connected_clients`.
+    pub const CONNECTED_CLIENTS: &str = "redis_connected_clients";
+    /// 1, with labels `role` and `redis_version`.
+    pub const INSTANCE_INFO: &str = "redis_instance_info";
+    /// 1 when a replica's link to its primary is up (replicas only).
+    pub const MASTER_LINK_UP: &str = "redis_master_link_up";
+    /// `connected_slaves`.
+    pub const CONNECTED_SLAVES: &str = "redis_connected_slaves";
+    /// `master_repl_offset`.
+    pub const MASTER_REPL_OFFSET: &str = "redis_master_repl_offset";
+    /// `slave_repl_offset` (replicas only).
+    pub const SLAVE_REPL_OFFSET: &str = "redis_slave_repl_offset";
+    /// `SLOWLOG LEN`.
+    pub const SLOWLOG_LENGTH: &str = "redis_slowlog_length";
+    /// Keys per database, label `db`.
+    pub const DB_KEYS: &str = "redis_db_keys";
+}
+
 /// Sets up the log subscriber (`RUST_LOG`, default `info`); safe to call more than once.
 pub fn init_tracing() {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
@@ -78,6 +135,8 @@ pub fn metrics_handle() -> PrometheusHandle {
                     Matcher::Full(LEDGER_BATCH_SEATS.to_owned()),
                     &[1.0, 5.0, 10.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2000.0],
                 )
+                .expect("valid buckets")
+                .set_buckets_for_metric(Matcher::Full(LEDGER_BATCH_SECONDS.to_owned()), &buckets)
                 .expect("valid buckets")
                 .set_buckets_for_metric(
                     Matcher::Full(COMMANDS_PER_POLL.to_owned()),

@@ -9,21 +9,29 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use backon::{ExponentialBuilder, Retryable as _};
 use rdkafka::consumer::{CommitMode, Consumer as _, StreamConsumer};
 use rdkafka::{ClientConfig, Message as _, Offset, TopicPartitionList};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::repo::{self, Decision};
-use super::BookingMessage;
+use super::{BookingMessage, Bookings};
 use crate::config::KafkaConfig;
-use crate::seats::Sales;
 use crate::telemetry;
 
 /// Most messages applied in one transaction.
 const MAX_BATCH: usize = 500;
 /// How long to wait for more messages once one has arrived.
 const BATCH_WINDOW: Duration = Duration::from_millis(20);
+
+/// Retries of a batch PostgreSQL did not take: from 100 ms, doubling to 5 s, with jitter, for as
+/// long as it takes (the offsets must not move past an unapplied booking).
+const RETRY_APPLY: ExponentialBuilder = ExponentialBuilder::new()
+    .with_min_delay(Duration::from_millis(100))
+    .with_max_delay(Duration::from_secs(5))
+    .with_jitter()
+    .without_max_times();
 
 /// One consumed message, owned.
 struct Item {
@@ -35,10 +43,10 @@ struct Item {
 /// Runs the ledger until `shutdown` is cancelled.
 pub async fn run(
     cfg: KafkaConfig,
-    db: PgPool,
-    sales: Arc<Sales>,
+    bookings: Arc<Bookings>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    let db = bookings.db().clone();
     let consumer: Arc<StreamConsumer> = Arc::new(
         ClientConfig::new()
             .set("bootstrap.servers", &cfg.brokers)
@@ -53,6 +61,8 @@ pub async fn run(
         .subscribe(&[&cfg.topic])
         .context("subscribing to the bookings topic")?;
     tracing::info!(topic = %cfg.topic, group = %cfg.group, "ledger consuming");
+    // Exported at 0 from the start, so an alert on its increase has a series to watch.
+    metrics::counter!(telemetry::LEDGER_DEAD_LETTERS).increment(0);
     loop {
         let first = tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
@@ -66,6 +76,7 @@ pub async fn run(
                 continue;
             }
         };
+        let batch_started = std::time::Instant::now();
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match tokio::time::timeout(BATCH_WINDOW, consumer.recv()).await {
@@ -81,18 +92,23 @@ pub async fn run(
                 booking: m.payload().and_then(|p| serde_json::from_slice(p).ok()),
             })
             .collect();
+        for it in items.iter().filter(|it| it.booking.is_none()) {
+            metrics::counter!(telemetry::LEDGER_DEAD_LETTERS).increment(1);
+            tracing::error!(
+                partition = it.partition,
+                offset = it.offset,
+                "ledger: unreadable message set aside"
+            );
+        }
         // Apply until it succeeds: the offsets must not move past an unapplied booking.
-        let decisions = loop {
-            match apply_batch(&db, &items).await {
-                Ok(d) => break d,
-                Err(e) => {
-                    tracing::error!(error = %e, "ledger: batch not applied; retrying");
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return Ok(()),
-                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-                    }
-                }
-            }
+        let applying = (|| apply_batch(&db, &items))
+            .retry(RETRY_APPLY)
+            .notify(|e, wait| {
+                tracing::error!(error = %e, retry_in = ?wait, "ledger: batch not applied; retrying")
+            });
+        let decisions = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            applied = applying => applied.context("a batch retried without end gave up")?,
         };
         let mut tpl = TopicPartitionList::new();
         for it in &items {
@@ -103,13 +119,15 @@ pub async fn run(
             // The batch will come again after a restart; applying it again is harmless.
             tracing::warn!(error = %e, "ledger: offset commit failed");
         }
+        metrics::histogram!(telemetry::LEDGER_BATCH_SECONDS)
+            .record(batch_started.elapsed().as_secs_f64());
         let (c, topic) = (consumer.clone(), cfg.topic.clone());
         tokio::task::spawn_blocking(move || {
             metrics::gauge!(telemetry::LEDGER_LAG).set(lag(&c, &topic) as f64);
         });
         for (booking, decision) in decisions {
             if let Decision::Rejected(truth) = decision {
-                if let Err(e) = sales.settle_rejected(&booking, &truth).await {
+                if let Err(e) = bookings.settle_rejected(&booking, &truth).await {
                     tracing::warn!(error = %e, booking = %booking.booking_id,
                         "ledger: could not align Redis with a rejected booking; reconcile will");
                 }
@@ -143,17 +161,7 @@ async fn apply_batch(
     db: &PgPool,
     items: &[Item],
 ) -> Result<Vec<(BookingMessage, Decision)>, sqlx::Error> {
-    let mut batch = Vec::with_capacity(items.len());
-    for it in items {
-        match &it.booking {
-            Some(b) => batch.push(b.clone()),
-            None => tracing::error!(
-                partition = it.partition,
-                offset = it.offset,
-                "ledger: unreadable message skipped"
-            ),
-        }
-    }
+    let batch: Vec<BookingMessage> = items.iter().filter_map(|it| it.booking.clone()).collect();
     let mut tx = db.begin().await?;
     let decisions = repo::apply_batch(&mut tx, &batch).await?;
     tx.commit().await?;

@@ -120,7 +120,7 @@ async fn put_show(
     ApiJson(spec): ApiJson<ShowSpec>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let show = ShowId::parse(&show)?;
-    let (out, created) = state.sales.put_show(&show, &spec).await?;
+    let (out, created) = state.seats.put_show(&show, &spec).await?;
     let status = created_or_ok(created);
     Ok((
         status,

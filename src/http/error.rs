@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
+use crate::booking::BookingError;
 use crate::ids::BadId;
 use crate::queue::QueueError;
 use crate::seats::SeatError;
@@ -153,11 +154,9 @@ impl From<SeatError> for ApiError {
         match e {
             SeatError::UnknownShow => ApiError::NotFound("no such show".into()),
             SeatError::UnknownHold => ApiError::NotFound("no such hold".into()),
-            SeatError::UnknownBooking => ApiError::NotFound("no such booking".into()),
             SeatError::Invalid(m) => ApiError::BadRequest(m),
             SeatError::Taken(seats) => ApiError::SeatUnavailable(seats),
             SeatError::SoldOut => ApiError::SoldOut,
-            SeatError::HoldExpired => ApiError::HoldExpired,
             SeatError::Conflict(m) => ApiError::Conflict(m),
             SeatError::Unauthorized(m) => ApiError::Unauthorized(m),
             SeatError::Forbidden(m) => ApiError::Forbidden(m),
@@ -168,7 +167,20 @@ impl From<SeatError> for ApiError {
                     "the booking ledger cannot be reached right now; try again shortly",
                 )
             }
-            SeatError::Kafka(e) => {
+        }
+    }
+}
+
+impl From<BookingError> for ApiError {
+    fn from(e: BookingError) -> Self {
+        match e {
+            BookingError::UnknownBooking => ApiError::NotFound("no such booking".into()),
+            BookingError::HoldExpired => ApiError::HoldExpired,
+            BookingError::Forbidden(m) => ApiError::Forbidden(m),
+            BookingError::Invalid(m) => ApiError::BadRequest(m),
+            BookingError::Seats(e) => e.into(),
+            BookingError::Db(e) => SeatError::Db(e).into(),
+            BookingError::Kafka(e) => {
                 tracing::error!(error = %e, "kafka did not take a booking; undone");
                 ApiError::Unavailable("the booking could not be confirmed as durable; repeat the same request to learn its outcome")
             }

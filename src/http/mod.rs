@@ -11,18 +11,22 @@ pub mod seats;
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Request};
+use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
 
+use crate::booking::Bookings;
 use crate::queue::Queue;
-use crate::seats::Sales;
+use crate::seats::Seats;
 use crate::telemetry;
 pub use error::ApiError;
 use ops::Readiness;
@@ -35,8 +39,10 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub struct AppState {
     /// The waiting room.
     pub queue: Arc<Queue>,
-    /// Seats, holds and bookings.
-    pub sales: Arc<Sales>,
+    /// Shows, seat maps and holds.
+    pub seats: Arc<Seats>,
+    /// Bookings.
+    pub bookings: Arc<Bookings>,
     /// Bearer token for /admin.
     pub admin_token: Arc<str>,
     /// Per-client request limiter (None when turned off).
@@ -78,8 +84,9 @@ impl<T: serde::Serialize> IntoResponse for ApiJson<T> {
     }
 }
 
-/// The whole API.
-pub fn router(state: AppState) -> Router {
+/// The whole API. Every request is bounded by `timeout` (answered 503 with the contract's
+/// body when it runs out) and traced.
+pub fn router(state: AppState, timeout: Duration) -> Router {
     Router::new()
         .merge(queue::router())
         .merge(admin::router())
@@ -87,7 +94,13 @@ pub fn router(state: AppState) -> Router {
         .merge(ops::router())
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            timeout,
+        ))
+        .layer(middleware::from_fn(contract_errors))
         .layer(middleware::from_fn(track_metrics))
+        .layer(TraceLayer::new_for_http())
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(CatchPanicLayer::custom(|_| {
             tracing::error!("handler panicked");
@@ -96,6 +109,19 @@ pub fn router(state: AppState) -> Router {
             (axum::http::StatusCode::INTERNAL_SERVER_ERROR, body).into_response()
         }))
         .with_state(state)
+}
+
+/// Gives a bare 503 from a layer below the handlers (the request timeout) the contract's error
+/// body and `Retry-After`.
+async fn contract_errors(req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    if resp.status() == StatusCode::SERVICE_UNAVAILABLE
+        && !resp.headers().contains_key(header::CONTENT_TYPE)
+    {
+        return ApiError::Unavailable("the request took too long; try again shortly")
+            .into_response();
+    }
+    resp
 }
 
 /// Records request count and latency by matched route (not raw path: bounded label values).

@@ -1,6 +1,7 @@
 //! Operations endpoints: `/metrics`, `/healthz` (the process is up), `/readyz` (every back end
 //! answers: Redis Cluster, Kafka, PostgreSQL).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,6 +13,8 @@ use axum::{Json, Router};
 use rdkafka::producer::{BaseProducer, Producer as _};
 use serde_json::json;
 use sqlx::PgPool;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use super::AppState;
 use crate::redis::RedisConn;
@@ -27,12 +30,54 @@ pub fn router() -> Router<AppState> {
         .route("/readyz", get(get_ready))
 }
 
-/// The back ends `/readyz` checks.
+/// The back ends `/readyz` checks, and what start-up has prepared of them.
 pub struct Readiness {
-    /// PostgreSQL pool (connects lazily).
-    pub db: PgPool,
+    redis: RedisConn,
+    db: PgPool,
     /// A Kafka client used only for metadata requests.
-    pub kafka: Arc<BaseProducer>,
+    kafka: Arc<BaseProducer>,
+    schema: AtomicBool,
+    schema_ready: Notify,
+    topic: AtomicBool,
+}
+
+impl Readiness {
+    /// Checks of these back ends; nothing prepared yet.
+    pub fn new(redis: RedisConn, db: PgPool, kafka: Arc<BaseProducer>) -> Self {
+        Readiness {
+            redis,
+            db,
+            kafka,
+            schema: AtomicBool::new(false),
+            schema_ready: Notify::new(),
+            topic: AtomicBool::new(false),
+        }
+    }
+
+    /// The migrations have been applied.
+    pub fn mark_schema_ready(&self) {
+        self.schema.store(true, Ordering::Release);
+        self.schema_ready.notify_waiters();
+    }
+
+    /// The bookings topic exists.
+    pub fn mark_topic_ready(&self) {
+        self.topic.store(true, Ordering::Release);
+    }
+
+    /// Waits until the migrations have been applied; false when `shutdown` came first.
+    pub async fn wait_for_schema(&self, shutdown: &CancellationToken) -> bool {
+        loop {
+            let notified = self.schema_ready.notified();
+            if self.schema.load(Ordering::Acquire) {
+                return true;
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return false,
+                _ = notified => {}
+            }
+        }
+    }
 }
 
 async fn get_metrics() -> impl IntoResponse {
@@ -47,10 +92,17 @@ async fn get_health() -> Json<serde_json::Value> {
 }
 
 async fn get_ready(State(state): State<AppState>) -> impl IntoResponse {
+    let ready = &state.readiness;
     let (redis, db, kafka) = tokio::join!(
-        probe_redis(state.queue.conn.clone()),
-        probe_db(&state.readiness.db),
-        probe_kafka(state.readiness.kafka.clone()),
+        probe_redis(ready.redis.clone()),
+        async {
+            probe_db(&ready.db).await?;
+            prepared(&ready.schema, "migrations not applied yet")
+        },
+        async {
+            probe_kafka(ready.kafka.clone()).await?;
+            prepared(&ready.topic, "bookings topic not created yet")
+        },
     );
     let ok = redis.is_ok() && db.is_ok() && kafka.is_ok();
     // The body says which part failed; the details go to the log, not to the client.
@@ -79,6 +131,14 @@ async fn get_ready(State(state): State<AppState>) -> impl IntoResponse {
             super::error::RETRY_AFTER_UNAVAILABLE.into(),
         );
         resp
+    }
+}
+
+fn prepared(flag: &AtomicBool, missing: &str) -> Result<(), String> {
+    if flag.load(Ordering::Acquire) {
+        Ok(())
+    } else {
+        Err(missing.to_owned())
     }
 }
 

@@ -7,8 +7,9 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::{ApiError, ApiJson, AppState};
+use crate::booking::BookingOut;
 use crate::ids::ShowId;
-use crate::seats::{BookingOut, HoldOut, HoldRequest, SeatMap};
+use crate::seats::{HoldOut, HoldRequest, SeatMap};
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -34,7 +35,7 @@ async fn get_seats(
     Path(show): Path<String>,
 ) -> Result<Json<SeatMap>, ApiError> {
     let show = ShowId::parse(&show)?;
-    Ok(Json(state.sales.seats(&show).await?))
+    Ok(Json(state.seats.seats(&show).await?))
 }
 
 #[tracing::instrument(skip_all, fields(show = %show))]
@@ -45,7 +46,7 @@ async fn create_hold(
     ApiJson(body): ApiJson<HoldRequest>,
 ) -> Result<(StatusCode, Json<HoldOut>), ApiError> {
     let show = ShowId::parse(&show)?;
-    let hold = state.sales.hold(&show, bearer(&headers), &body).await?;
+    let hold = state.seats.hold(&show, bearer(&headers), &body).await?;
     Ok((StatusCode::CREATED, Json(hold)))
 }
 
@@ -57,7 +58,7 @@ async fn release_hold(
 ) -> Result<StatusCode, ApiError> {
     let show = ShowId::parse(&show)?;
     state
-        .sales
+        .seats
         .release(&show, &hold_id, bearer(&headers))
         .await?;
     Ok(StatusCode::NO_CONTENT)
@@ -79,7 +80,7 @@ async fn create_booking(
 ) -> Result<(StatusCode, Json<BookingOut>), ApiError> {
     let show = ShowId::parse(&show)?;
     let booking = state
-        .sales
+        .bookings
         .book(&show, bearer(&headers), &body.hold_id)
         .await?;
     Ok((StatusCode::CREATED, Json(booking)))
@@ -90,5 +91,5 @@ async fn get_booking(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<BookingOut>, ApiError> {
-    Ok(Json(state.sales.booking(&id).await?))
+    Ok(Json(state.bookings.booking(&id).await?))
 }

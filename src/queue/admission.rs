@@ -22,7 +22,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::future::try_join_all;
+use futures::future::{try_join_all, BoxFuture};
 use redis::AsyncCommands as _;
 use tokio_util::sync::CancellationToken;
 use waitroom_strategies::hybrid::{HybridInputs, HybridPolicy};
@@ -33,27 +33,36 @@ use super::event::{EventConfig, EventState};
 use super::{now_ms, Queue, QueueError};
 use crate::config::AdmissionConfig;
 use crate::ids::EventId;
-use crate::seats::Sales;
+use crate::redis::keys::stats;
+use crate::redis::replies::{Admitted, Granted, ShardRead};
 use crate::telemetry;
+
+/// What the admission leader does for the seats of its event, about once a second: lapse
+/// expired holds and tell whether every show is sold out (then the line stops). The seats
+/// module implements it; the scheduler knows nothing else of seats.
+pub trait Housekeeping: Send + Sync {
+    /// Lapses the event's expired holds; returns true when every show is sold out.
+    fn sweep<'a>(&'a self, event: &'a EventId) -> BoxFuture<'a, anyhow::Result<bool>>;
+}
 
 /// Runs admission for every registered event until `shutdown` is cancelled.
 pub async fn run(
     queue: Arc<Queue>,
-    sales: Option<Arc<Sales>>,
+    housekeeping: Option<Arc<dyn Housekeeping>>,
     cfg: AdmissionConfig,
     instance: String,
     shutdown: CancellationToken,
 ) {
     let mut tasks: HashMap<EventId, tokio::task::JoinHandle<()>> = HashMap::new();
     loop {
-        match queue.events.registered(&mut queue.conn.clone()).await {
+        match queue.registered_events().await {
             Ok(events) => {
                 tasks.retain(|_, t| !t.is_finished());
                 for event in events {
                     tasks.entry(event.clone()).or_insert_with(|| {
                         let task = EventAdmission::new(
                             queue.clone(),
-                            sales.clone(),
+                            housekeeping.clone(),
                             cfg.clone(),
                             instance.clone(),
                             event,
@@ -77,7 +86,7 @@ pub async fn run(
 struct EventAdmission {
     queue: Arc<Queue>,
     /// Seats, when this process sells them: the leader lapses holds and tracks sold-out.
-    sales: Option<Arc<Sales>>,
+    housekeeping: Option<Arc<dyn Housekeeping>>,
     /// The event's sold-out flag as last seen.
     sold_out: bool,
     cfg: AdmissionConfig,
@@ -121,8 +130,9 @@ fn heads_per_shard(budget: usize, shards: usize, factor: usize) -> usize {
 }
 
 /// Runs one admission tick for `event` outside the leader loop, letting in up to `n` people
-/// (capacity permitting): the same Redis work as a tick of the scheduler. For benchmarks.
-/// Returns how many were admitted.
+/// (capacity permitting): the same Redis work as a tick of the scheduler, without the lease (the
+/// caller must know nobody else admits for the event, e.g. a paused event being drained by
+/// hand, or a measurement). Returns how many were admitted.
 pub async fn admit_once(
     queue: Arc<Queue>,
     event: &EventId,
@@ -144,10 +154,10 @@ pub async fn admit_once(
 /// People sampled per report to measure the position error of the estimate.
 const ERROR_SAMPLES: usize = 8;
 
-/// What `lua/shard_heads.lua` returns: active, waiting, heads, abandoned removed, waiting from
-/// before the counter range, first score in the counter range ('' for none), 1 when the
-/// overload guard suspended abandonment in the shard.
-type HeadsReply = (u64, u64, Vec<(String, f64)>, u64, u64, String, u64);
+/// True when the event numbers arrivals from its counter (`global_counter` with a range).
+fn counting(cfg: &EventConfig) -> bool {
+    cfg.strategy == StrategyKind::GlobalCounter && cfg.counter_start > 0
+}
 
 /// Window over which the admission rate is measured for ETAs.
 const RATE_WINDOW: Duration = Duration::from_secs(10);
@@ -155,14 +165,14 @@ const RATE_WINDOW: Duration = Duration::from_secs(10);
 impl EventAdmission {
     fn new(
         queue: Arc<Queue>,
-        sales: Option<Arc<Sales>>,
+        housekeeping: Option<Arc<dyn Housekeeping>>,
         cfg: AdmissionConfig,
         instance: String,
         event: EventId,
     ) -> Self {
         EventAdmission {
             queue,
-            sales,
+            housekeeping,
             sold_out: false,
             cfg,
             instance,
@@ -192,12 +202,7 @@ impl EventAdmission {
                 _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep(tick) => {}
             }
-            let cfg = match self
-                .queue
-                .events
-                .get(&mut self.queue.conn.clone(), &self.event)
-                .await
-            {
+            let cfg = match self.queue.event(&self.event).await {
                 Ok(ev) => {
                     self.sold_out = ev.sold_out;
                     ev.config.clone()
@@ -252,58 +257,108 @@ impl EventAdmission {
     }
 
     async fn hold_lease(&self) -> Result<bool, QueueError> {
-        let held: i64 = self
-            .queue
-            .scripts
+        let store = self.queue.store();
+        let Granted(held) = store
+            .scripts()
             .lease
-            .key(self.queue.keys.lease(self.event.as_str()))
+            .key(store.keys().lease(self.event.as_str()))
             .arg(&self.instance)
             .arg(self.cfg.lease_ms)
-            .invoke_async(&mut self.queue.conn.clone())
+            .invoke_async(&mut store.conn())
             .await?;
-        Ok(held == 1)
+        Ok(held)
     }
 
     async fn release(&self) {
-        let released: Result<i64, _> = self
-            .queue
-            .scripts
-            .release
-            .key(self.queue.keys.lease(self.event.as_str()))
+        let store = self.queue.store();
+        let released: Result<Granted, _> = store
+            .scripts()
+            .lease_release
+            .key(store.keys().lease(self.event.as_str()))
             .arg(&self.instance)
-            .invoke_async(&mut self.queue.conn.clone())
+            .invoke_async(&mut store.conn())
             .await;
         if let Err(e) = released {
             tracing::warn!(event = %self.event, error = %e, "admission: could not release the lease");
         }
     }
 
-    /// One tick: reads the shards, admits up to the budget and capacity, reports. Returns how many
-    /// were admitted.
+    /// One tick: reads the shards, picks whom to admit within the budget and capacity, moves
+    /// them, records, reports. Returns how many were admitted.
     async fn tick(&mut self, cfg: &EventConfig, tick: Duration) -> Result<usize, QueueError> {
+        let budget = self.refill(cfg, tick);
+        let now_ms = now_ms();
+        let abandon_before = now_ms.saturating_sub(cfg.abandon_after_seconds * 1000);
+        let shards = self.read_shards(cfg, budget, now_ms).await?;
+        let suspended = self.watch_guard(&shards);
+        if counting(cfg) {
+            self.counter_figures = self.publish_counter_figures(cfg, &shards).await?;
+        }
+        let active: u64 = shards.iter().map(|s| s.active).sum();
+        let waiting: u64 = shards.iter().map(|s| s.waiting).sum();
+        let take = budget.min(cfg.active_capacity.saturating_sub(active) as usize);
+        self.shard_waiting = shards.iter().map(|s| s.waiting).collect();
+        let abandoned_read: u64 = shards.iter().map(|s| s.abandoned).sum();
+        let picks = self.pick(cfg, shards, take, waiting as usize);
+        // The lease check, one read per shard, the counter figures, one move per shard picked.
+        let commands = 1 + u64::from(cfg.shards) + u64::from(counting(cfg)) + picks.len() as u64;
+        // While the guard holds, nobody is taken for gone in this tick (lua/shard_heads.lua).
+        let moved = self
+            .admit(
+                cfg,
+                picks,
+                now_ms,
+                if suspended { 0 } else { abandon_before },
+            )
+            .await?;
+        let admitted: usize = moved.iter().map(|m| m.members.len()).sum();
+        let abandoned = abandoned_read + moved.iter().map(|m| m.abandoned).sum::<u64>();
+        self.tokens -= admitted as f64;
+        self.record(
+            suspended,
+            abandoned,
+            commands,
+            admitted as u64,
+            waiting,
+            active,
+        );
+        self.report(cfg, admitted as u64).await?;
+        Ok(admitted)
+    }
+
+    /// Refills the token bucket for the time since the last tick (at most one tick's worth plus
+    /// one) and returns the budget: how many may be admitted now. A sold-out line admits nobody:
+    /// there is nothing left to buy.
+    fn refill(&mut self, cfg: &EventConfig, tick: Duration) -> usize {
         let now = Instant::now();
         let dt = self.last_refill.map(|t| now - t).unwrap_or(tick);
         self.last_refill = Some(now);
         let cap = cfg.admit_per_second * tick.as_secs_f64() + 1.0;
         self.tokens = (self.tokens + cfg.admit_per_second * dt.as_secs_f64()).min(cap);
-        // A sold-out line admits nobody: there is nothing left to buy.
-        let budget = if self.sold_out {
+        if self.sold_out {
             0
         } else {
             self.tokens.floor() as usize
-        };
+        }
+    }
 
-        let q = &self.queue;
-        let now_ms = now_ms();
+    /// Step 1: per shard, concurrently, end lapsed sessions and read the counts and the first
+    /// heads (`lua/shard_heads.lua`). Round-robin admits each shard's own front: it needs the
+    /// counts, not the heads.
+    async fn read_shards(
+        &self,
+        cfg: &EventConfig,
+        budget: usize,
+        now_ms: u64,
+    ) -> Result<Vec<ShardRead>, QueueError> {
+        let store = self.queue.store();
         let expire_before = now_ms.saturating_sub(cfg.active_ttl_seconds * 1000);
         let abandon_before = now_ms.saturating_sub(cfg.abandon_after_seconds * 1000);
-        let counting = cfg.strategy == StrategyKind::GlobalCounter && cfg.counter_start > 0;
-        let counter_start = if counting {
+        let counter_start = if counting(cfg) {
             cfg.counter_start.to_string()
         } else {
             String::new()
         };
-        // Round-robin admits each shard's own front: it needs the counts, not the heads.
         let heads_wanted = if cfg.strategy == StrategyKind::Statistical {
             0
         } else {
@@ -311,10 +366,11 @@ impl EventAdmission {
         };
         let counter_start = &counter_start;
         let reads = (0..cfg.shards as usize).map(|i| {
-            let mut conn = q.conn.clone();
-            let k = q.keys.shard(&cfg.shard_tags[i]);
+            let mut conn = store.conn();
+            let k = store.keys().shard(&cfg.shard_tags[i]);
             async move {
-                q.scripts
+                store
+                    .scripts()
                     .shard_heads
                     .key(&k.waiting)
                     .key(&k.active)
@@ -323,15 +379,17 @@ impl EventAdmission {
                     .arg(heads_wanted)
                     .arg(abandon_before)
                     .arg(counter_start)
-                    .invoke_async::<HeadsReply>(&mut conn)
+                    .invoke_async::<ShardRead>(&mut conn)
                     .await
             }
         });
-        let shards = try_join_all(reads).await?;
-        let mut abandoned: u64 = shards.iter().map(|s| s.3).sum();
-        // Fewer than half of a shard's line seen lately: polls are not reaching us, so nobody is
-        // taken for gone in this tick (see lua/shard_heads.lua).
-        let suspended = shards.iter().any(|s| s.6 == 1);
+        Ok(try_join_all(reads).await?)
+    }
+
+    /// The overload guard: fewer than half of a shard's line seen lately means polls are not
+    /// reaching us, so nobody is taken for gone. Logs when it changes; returns whether it holds.
+    fn watch_guard(&mut self, shards: &[ShardRead]) -> bool {
+        let suspended = shards.iter().any(|s| s.abandonment_suspended);
         if suspended != self.abandonment_suspended {
             self.abandonment_suspended = suspended;
             if suspended {
@@ -340,92 +398,135 @@ impl EventAdmission {
                 tracing::info!(event = %self.event, "admission: polls are back; abandoned places are removed again");
             }
         }
-        let admit_abandon_before = if suspended { 0 } else { abandon_before };
-        if counting {
-            self.counter_figures = self.publish_counter_figures(cfg, &shards).await?;
-        }
-        let active: u64 = shards.iter().map(|s| s.0).sum();
-        let waiting: u64 = shards.iter().map(|s| s.1).sum();
-        let room = cfg.active_capacity.saturating_sub(active) as usize;
-        let take = budget.min(room);
+        suspended
+    }
 
-        self.shard_waiting = shards.iter().map(|s| s.1).collect();
-        let picks: Vec<ShardPick> = if cfg.strategy == StrategyKind::Statistical {
-            // Round-robin: each shard admits its own first k; no cross-shard order.
-            round_robin::deal(&self.shard_waiting, take as u64, &mut self.cursor)
+    /// Step 2: whom to admit from each shard. Round-robin deals `take` over the shards'
+    /// counts (statistical: no cross-shard order); otherwise a K-way merge of the heads picks
+    /// the next `take` in global order, and the head factor adapts when a prefix ran out.
+    fn pick(
+        &mut self,
+        cfg: &EventConfig,
+        shards: Vec<ShardRead>,
+        take: usize,
+        waiting: usize,
+    ) -> Vec<ShardPick> {
+        if cfg.strategy == StrategyKind::Statistical {
+            return round_robin::deal(&self.shard_waiting, take as u64, &mut self.cursor)
                 .into_iter()
                 .enumerate()
                 .filter(|(_, k)| *k > 0)
                 .map(|(shard, k)| ShardPick {
                     shard,
                     count: k as usize,
-                    last: (f64::NAN, String::new()),
-                })
-                .collect()
-        } else {
-            let heads: Vec<ShardHeads> = shards
-                .into_iter()
-                .map(|(_, waiting, heads, ..)| ShardHeads {
-                    complete: heads.len() as u64 >= waiting,
-                    heads: heads.into_iter().map(|(m, s)| (s, m)).collect(),
+                    last: None,
                 })
                 .collect();
-            let merged = merge_heads(&heads, take);
-            // Cut short by a prefix that ran out (not by the line's end): read more next time.
-            let wanted = take.min(waiting as usize);
-            self.head_factor = if merged.len() < wanted {
-                (self.head_factor * 2)
-                    .min(cfg.shards as usize)
-                    .max(HEAD_FACTOR_MIN)
-            } else {
-                (self.head_factor - 1).max(HEAD_FACTOR_MIN)
-            };
-            group_by_shard(&merged)
+        }
+        let heads: Vec<ShardHeads> = shards
+            .into_iter()
+            .map(|s| ShardHeads {
+                complete: s.heads.len() as u64 >= s.waiting,
+                heads: s.heads.into_iter().map(|(m, score)| (score, m)).collect(),
+            })
+            .collect();
+        let merged = merge_heads(&heads, take);
+        // Cut short by a prefix that ran out (not by the line's end): read more next time.
+        self.head_factor = if merged.len() < take.min(waiting) {
+            (self.head_factor * 2)
+                .min(cfg.shards as usize)
+                .max(HEAD_FACTOR_MIN)
+        } else {
+            (self.head_factor - 1).max(HEAD_FACTOR_MIN)
         };
-        // The lease check, one read per shard, the counter figures, one move per shard picked.
-        let commands = 1 + u64::from(cfg.shards) + u64::from(counting) + picks.len() as u64;
+        group_by_shard(&heads, &merged)
+    }
+
+    /// Step 3: per shard picked, concurrently, move exactly those people (`lua/admit.lua`).
+    async fn admit(
+        &self,
+        cfg: &EventConfig,
+        picks: Vec<ShardPick>,
+        now_ms: u64,
+        abandon_before: u64,
+    ) -> Result<Vec<Admitted>, QueueError> {
+        let store = self.queue.store();
         let moves = picks.into_iter().map(|p| {
-            let mut conn = q.conn.clone();
-            let k = q.keys.shard(&cfg.shard_tags[p.shard]);
+            let mut conn = store.conn();
+            let k = store.keys().shard(&cfg.shard_tags[p.shard]);
+            // No bound (round-robin): the script takes the first `count`, whoever they are.
+            let (score, member) = match p.last {
+                Some((score, member)) => (score.to_string(), member),
+                None => (String::new(), String::new()),
+            };
             async move {
-                q.scripts
+                store
+                    .scripts()
                     .admit
                     .key(&k.waiting)
                     .key(&k.active)
                     .key(&k.admitted)
                     .key(&k.seen)
                     .arg(p.count)
-                    // NaN marks an unbounded pick (round-robin): the script takes the first k.
-                    .arg(if p.last.0.is_nan() {
-                        String::new()
-                    } else {
-                        p.last.0.to_string()
-                    })
-                    .arg(p.last.1)
+                    .arg(score)
+                    .arg(member)
                     .arg(now_ms)
-                    .arg(admit_abandon_before)
-                    .invoke_async::<(Vec<String>, u64)>(&mut conn)
+                    .arg(abandon_before)
+                    .invoke_async::<Admitted>(&mut conn)
                     .await
             }
         });
-        let moved = try_join_all(moves).await?;
-        let admitted: usize = moved.iter().map(|(m, _)| m.len()).sum();
-        abandoned += moved.iter().map(|(_, a)| *a).sum::<u64>();
-        self.tokens -= admitted as f64;
+        Ok(try_join_all(moves).await?)
+    }
 
+    /// Step 4: the tick's metrics.
+    fn record(
+        &self,
+        suspended: bool,
+        abandoned: u64,
+        commands: u64,
+        admitted: u64,
+        waiting: u64,
+        active: u64,
+    ) {
         let ev = self.event.to_string();
         metrics::gauge!(telemetry::ABANDONMENT_SUSPENDED, "event" => ev.clone())
             .set(if suspended { 1.0 } else { 0.0 });
         metrics::counter!(telemetry::ABANDONED_TOTAL, "event" => ev.clone()).increment(abandoned);
         metrics::counter!(telemetry::ADMISSION_COMMANDS, "event" => ev.clone()).increment(commands);
-        metrics::counter!(telemetry::ADMITTED_TOTAL, "event" => ev.clone())
-            .increment(admitted as u64);
+        metrics::counter!(telemetry::ADMITTED_TOTAL, "event" => ev.clone()).increment(admitted);
         metrics::gauge!(telemetry::QUEUE_WAITING, "event" => ev.clone())
-            .set(waiting.saturating_sub(admitted as u64) as f64);
-        metrics::gauge!(telemetry::QUEUE_ACTIVE, "event" => ev)
-            .set((active + admitted as u64) as f64);
-        self.report(cfg, admitted as u64).await?;
-        Ok(admitted)
+            .set(waiting.saturating_sub(admitted) as f64);
+        metrics::gauge!(telemetry::QUEUE_ACTIVE, "event" => ev.clone())
+            .set((active + admitted) as f64);
+        metrics::gauge!(telemetry::ADMISSION_LAST_TICK, "event" => ev)
+            .set(now_ms() as f64 / 1000.0);
+    }
+
+    /// The event's figures for dashboards, about once a second: waiting per shard, the admission
+    /// rate configured and measured, the strategy in use and the error budget.
+    fn publish_gauges(&self, cfg: &EventConfig, measured_rate: f64) {
+        let ev = self.event.to_string();
+        for (shard, waiting) in self.shard_waiting.iter().enumerate() {
+            metrics::gauge!(telemetry::QUEUE_SHARD_WAITING, "event" => ev.clone(), "shard" => shard.to_string())
+                .set(*waiting as f64);
+        }
+        metrics::gauge!(telemetry::ADMIT_RATE_CONFIGURED, "event" => ev.clone())
+            .set(cfg.admit_per_second);
+        metrics::gauge!(telemetry::ADMIT_RATE_MEASURED, "event" => ev.clone()).set(measured_rate);
+        let effective = match cfg.strategy {
+            StrategyKind::Hybrid => self.hybrid_mode,
+            s => s,
+        };
+        for kind in [
+            StrategyKind::GlobalCounter,
+            StrategyKind::Timestamp,
+            StrategyKind::Statistical,
+        ] {
+            metrics::gauge!(telemetry::EFFECTIVE_STRATEGY, "event" => ev.clone(), "strategy" => kind.as_str())
+                .set(if kind == effective { 1.0 } else { 0.0 });
+        }
+        metrics::gauge!(telemetry::POSITION_ERROR_BUDGET, "event" => ev).set(cfg.hybrid_max_error);
     }
 
     /// Publishes, every tick, what `global_counter` positions need: how many wait from before the
@@ -433,27 +534,30 @@ impl EventAdmission {
     async fn publish_counter_figures(
         &self,
         cfg: &EventConfig,
-        shards: &[HeadsReply],
+        shards: &[ShardRead],
     ) -> Result<Option<(u64, u64)>, QueueError> {
-        let carried: u64 = shards.iter().map(|s| s.4).sum();
+        let carried: u64 = shards.iter().map(|s| s.carried).sum();
         let first = shards
             .iter()
-            .filter_map(|s| s.5.parse::<f64>().ok())
+            .filter_map(|s| s.first_counted)
             .reduce(f64::min)
             .map(|f| f as u64);
-        let key = self.queue.keys.event_stats(self.event.as_str());
+        let key = self.queue.store().keys().event_stats(self.event.as_str());
         // One HSET, so a poll never reads half of an update. Tagged with the range the figures
         // describe: figures of an earlier range are never used. No first number: "".
         let () = self
             .queue
-            .conn
-            .clone()
+            .store()
+            .conn()
             .hset_multiple(
                 &key,
                 &[
-                    ("gc_start", cfg.counter_start.to_string()),
-                    ("gc_carried", carried.to_string()),
-                    ("gc_first", first.map(|f| f.to_string()).unwrap_or_default()),
+                    (stats::GC_START, cfg.counter_start.to_string()),
+                    (stats::GC_CARRIED, carried.to_string()),
+                    (
+                        stats::GC_FIRST,
+                        first.map(|f| f.to_string()).unwrap_or_default(),
+                    ),
                 ],
             )
             .await?;
@@ -490,8 +594,8 @@ impl EventAdmission {
             self.sample_error(cfg).await?;
         }
         // Lapse the shows' expired holds and keep the sold-out flag true (seats come back).
-        if let Some(sales) = &self.sales {
-            match sales.sweep_event(&self.event).await {
+        if let Some(housekeeping) = &self.housekeeping {
+            match housekeeping.sweep(&self.event).await {
                 Ok(sold_out) => self.sold_out = sold_out,
                 Err(e) => {
                     tracing::warn!(event = %self.event, error = %e, "admission: show sweep failed")
@@ -525,15 +629,16 @@ impl EventAdmission {
         } else {
             0.0
         });
-        let mut conn = self.queue.conn.clone();
-        let () = conn
+        self.publish_gauges(cfg, rate);
+        let store = self.queue.store();
+        let () = store
+            .conn()
             .hset_multiple(
-                self.queue.keys.event_stats(self.event.as_str()),
+                store.keys().event_stats(self.event.as_str()),
                 &[
-                    ("rate", rate.to_string()),
-                    ("leader", self.instance.clone()),
-                    ("waiting", waiting.to_string()),
-                    ("hybrid_mode", self.hybrid_mode.to_string()),
+                    (stats::RATE, rate.to_string()),
+                    (stats::WAITING, waiting.to_string()),
+                    (stats::HYBRID_MODE, self.hybrid_mode.to_string()),
                 ],
             )
             .await?;
@@ -548,6 +653,7 @@ impl EventAdmission {
             return Ok(());
         }
         let q = &self.queue;
+        let store = q.store();
         for _ in 0..ERROR_SAMPLES {
             // A shard chosen in proportion to its size, then a member uniformly: a uniform person.
             let mut pick = rand::random_range(0..total);
@@ -563,8 +669,8 @@ impl EventAdmission {
                     }
                 })
                 .unwrap_or(0);
-            let k = q.keys.shard(&cfg.shard_tags[shard]);
-            let mut conn = q.conn.clone();
+            let k = store.keys().shard(&cfg.shard_tags[shard]);
+            let mut conn = store.conn();
             let sampled: Vec<(String, f64)> = redis::cmd("ZRANDMEMBER")
                 .arg(&k.waiting)
                 .arg(1)
@@ -581,7 +687,9 @@ impl EventAdmission {
                 .await?;
             let Some(rank) = rank else { continue };
             // The reference is read from the primaries: the exact position as of now.
-            let ahead = q.ahead_in_other_shards(&q.conn, cfg, shard, score).await?;
+            let ahead = q
+                .ahead_in_other_shards(&store.conn(), cfg, shard, score)
+                .await?;
             let exact = timestamp::position(rank, &ahead);
             if cfg.strategy == StrategyKind::GlobalCounter {
                 // What a poll shows: the counted position, for numbered people, from the

@@ -4,9 +4,10 @@
 //! one. Instances cache it for [`CACHE_TTL`] at most: an admin change (a new strategy, a pause)
 //! reaches every instance within that time — the contract asks for one second.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
+
+use moka::future::Cache;
 
 use redis::AsyncCommands as _;
 use serde::{Deserialize, Serialize};
@@ -14,7 +15,7 @@ use waitroom_strategies::StrategyKind;
 
 use super::QueueError;
 use crate::ids::EventId;
-use crate::redis::keys::Keys;
+use crate::redis::keys::{stats, Keys};
 use crate::redis::RedisConn;
 
 /// After a failed refresh, how long requests queued behind it answer 503 without trying again.
@@ -251,18 +252,24 @@ impl Event {
     }
 }
 
-/// The leader's published figures: measured rate, waiting total, hybrid mode.
+/// The leader's published figures: measured rate, waiting total, hybrid mode, sold-out flag.
 type LiveFigures = (Option<f64>, Option<u64>, Option<String>, Option<String>);
 
+/// Most events one instance keeps cached (known and unknown ids alike): ids come from request
+/// paths, so the cache must not grow with whatever a client sends.
+const CACHE_CAPACITY: u64 = 10_000;
+
 /// Reads and caches event configurations.
+///
+/// A bounded, single-flight cache (moka): when an entry expires under load, one request reads
+/// Redis and the others wait for its answer instead of all reading at once. Unknown ids are
+/// cached too (as `None`), so a flood of made-up event ids costs Redis one read per id per
+/// [`CACHE_TTL`]. A failed read is remembered for [`FAILED_REFRESH_BACKOFF`]: requests meanwhile
+/// answer 503 at once instead of each trying Redis again in turn.
 pub struct EventStore {
     keys: Keys,
-    cache: Mutex<HashMap<EventId, (Arc<Event>, Instant)>>,
-    /// One refresh at a time per event: when an entry expires under load, one request reads
-    /// Redis and the others wait for its answer instead of all reading at once.
-    /// The gate holds when the last refresh failed: requests that waited behind a failed one
-    /// answer at once instead of each trying Redis again in turn.
-    refreshing: Mutex<HashMap<EventId, Arc<tokio::sync::Mutex<Option<Instant>>>>>,
+    cache: Cache<EventId, Option<Arc<Event>>>,
+    failed: Cache<EventId, ()>,
 }
 
 impl EventStore {
@@ -270,8 +277,14 @@ impl EventStore {
     pub fn new(keys: Keys) -> Self {
         EventStore {
             keys,
-            cache: Mutex::new(HashMap::new()),
-            refreshing: Mutex::new(HashMap::new()),
+            cache: Cache::builder()
+                .max_capacity(CACHE_CAPACITY)
+                .time_to_live(CACHE_TTL)
+                .build(),
+            failed: Cache::builder()
+                .max_capacity(CACHE_CAPACITY)
+                .time_to_live(FAILED_REFRESH_BACKOFF)
+                .build(),
         }
     }
 
@@ -281,63 +294,64 @@ impl EventStore {
         conn: &mut RedisConn,
         event: &EventId,
     ) -> Result<Arc<Event>, QueueError> {
-        if let Some(ev) = self.fresh(event) {
-            return Ok(ev);
+        if let Some(cached) = self.cache.get(event).await {
+            return cached.ok_or(QueueError::UnknownEvent);
         }
-        let gate = self
-            .refreshing
-            .lock()
-            .expect("refresh lock")
-            .entry(event.clone())
-            .or_default()
-            .clone();
-        let mut last_failure = gate.lock().await;
-        // Whoever held the gate before us may have refreshed the entry already.
-        if let Some(ev) = self.fresh(event) {
-            return Ok(ev);
-        }
-        if last_failure.is_some_and(|t| t.elapsed() < FAILED_REFRESH_BACKOFF) {
+        if self.failed.contains_key(event) {
             return Err(QueueError::Redis(redis::RedisError::from((
                 redis::ErrorKind::Io,
                 "event configuration refresh failed moments ago",
             ))));
         }
+        let read = self
+            .cache
+            .try_get_with(event.clone(), self.read(conn, event))
+            .await;
+        match read {
+            Ok(found) => found.ok_or(QueueError::UnknownEvent),
+            Err(e) => {
+                self.failed.insert(event.clone(), ()).await;
+                Err(match &*e {
+                    QueueError::CorruptConfig => QueueError::CorruptConfig,
+                    QueueError::WrongType => QueueError::WrongType,
+                    QueueError::Redis(e) => QueueError::Redis(e.clone()),
+                    other => QueueError::Invalid(other.to_string()),
+                })
+            }
+        }
+    }
+
+    /// One read of the configuration and the leader's figures (`None`: no such event).
+    async fn read(
+        &self,
+        conn: &mut RedisConn,
+        event: &EventId,
+    ) -> Result<Option<Arc<Event>>, QueueError> {
         // Both keys carry the tag {event}: one slot, so one pipeline, one round trip.
-        let read: Result<(Option<String>, LiveFigures), _> = redis::pipe()
+        let (raw, (rate, waiting, mode, sold_out)): (Option<String>, LiveFigures) = redis::pipe()
             .get(self.keys.event_config(event.as_str()))
             .hmget(
                 self.keys.event_stats(event.as_str()),
-                &["rate", "waiting", "hybrid_mode", "sold_out"],
+                &[
+                    stats::RATE,
+                    stats::WAITING,
+                    stats::HYBRID_MODE,
+                    stats::SOLD_OUT,
+                ],
             )
             .query_async(conn)
-            .await;
-        *last_failure = read.is_err().then(Instant::now);
-        let (raw, (rate, waiting, mode, sold_out)) = read?;
-        let config = parse_config(event, raw)?.ok_or(QueueError::UnknownEvent)?;
-        let ev = Arc::new(Event {
+            .await?;
+        let Some(config) = parse_config(event, raw)? else {
+            return Ok(None);
+        };
+        Ok(Some(Arc::new(Event {
             id: event.clone(),
             config,
             measured_rate: rate,
             waiting_total: waiting,
             hybrid_mode: mode.and_then(|m| m.parse().ok()),
             sold_out: sold_out.as_deref() == Some("1"),
-        });
-        self.cache
-            .lock()
-            .expect("cache lock")
-            .insert(event.clone(), (ev.clone(), Instant::now()));
-        Ok(ev)
-    }
-
-    fn fresh(&self, event: &EventId) -> Option<Arc<Event>> {
-        let cache = self.cache.lock().expect("cache lock");
-        let (ev, at) = cache.get(event)?;
-        (at.elapsed() < CACHE_TTL).then(|| ev.clone())
-    }
-
-    /// Drops the cached copy, so the next read sees Redis (after figures changed under it).
-    pub fn forget(&self, event: &EventId) {
-        self.cache.lock().expect("cache lock").remove(event);
+        })))
     }
 
     /// The configuration straight from Redis (`None` for an unknown event).
@@ -363,7 +377,7 @@ impl EventStore {
             .await?;
         let _: i64 = conn.sadd(self.keys.registry(), event.as_str()).await?;
         // This instance sees its own change at once; the others within CACHE_TTL.
-        self.cache.lock().expect("cache lock").remove(event);
+        self.cache.invalidate(event).await;
         Ok(())
     }
 

@@ -13,6 +13,7 @@ pub mod admission;
 pub mod event;
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures::future::try_join_all;
@@ -22,9 +23,9 @@ use waitroom_strategies::{global_counter, statistical, timestamp, StrategyKind};
 
 use crate::auth::{AccessClaims, Signer};
 use crate::ids::{EventId, Ticket, UserId};
-use crate::redis::keys::{choose_tags, Keys, ShardKeys};
-use crate::redis::scripts::Scripts;
-use crate::redis::{classify, primaries, Fault, RedisConn};
+use crate::redis::keys::{choose_tags, stats, ShardKeys};
+use crate::redis::replies::ShardStanding;
+use crate::redis::{classify, primaries, Fault, RedisConn, Store};
 use crate::telemetry;
 use event::{Event, EventConfig, EventPatch, EventState, EventStore};
 
@@ -126,38 +127,44 @@ pub struct ShardStats {
     pub waiting: u64,
 }
 
-/// The waiting room's state and its Redis handles.
+/// The waiting room: the shared Redis store, the event cache, the signer of tickets and
+/// tokens, and this instance's arrival clock.
 pub struct Queue {
-    /// Redis connection (cloned per request).
-    pub conn: RedisConn,
-    /// Connection for position reads that may be slightly stale (replicas when configured).
-    pub reads: RedisConn,
-    /// Key builder.
-    pub keys: Keys,
-    /// Lua scripts.
-    pub scripts: Scripts,
-    /// Event configurations.
-    pub events: EventStore,
-    /// Ticket and token signer.
-    pub signer: Signer,
-    /// Which primary serves which slot, to batch reads to many shards per node.
-    pub node_groups: crate::redis::batch::NodeGroups,
+    store: Arc<Store>,
+    events: EventStore,
+    signer: Signer,
     clock: ArrivalClock,
 }
 
 impl Queue {
-    /// A waiting room on `conn` under key prefix `keys`.
-    pub fn new(conn: RedisConn, reads: RedisConn, keys: Keys, signer: Signer) -> Self {
+    /// A waiting room on `store`, signing tickets and tokens with `signer`.
+    pub fn new(store: Arc<Store>, signer: Signer) -> Self {
         Queue {
-            conn,
-            reads,
-            events: EventStore::new(keys.clone()),
-            keys,
-            scripts: Scripts::new(),
+            events: EventStore::new(store.keys().clone()),
+            store,
             signer,
-            node_groups: crate::redis::batch::NodeGroups::new(),
             clock: ArrivalClock::default(),
         }
+    }
+
+    /// The shared Redis store.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// The signer of tickets, access tokens and booking ids.
+    pub fn signer(&self) -> &Signer {
+        &self.signer
+    }
+
+    /// The event, from the per-instance cache when fresh.
+    pub async fn event(&self, event: &EventId) -> Result<Arc<Event>, QueueError> {
+        self.events.get(&mut self.store.conn(), event).await
+    }
+
+    /// Every registered event.
+    pub async fn registered_events(&self) -> Result<Vec<EventId>, QueueError> {
+        self.events.registered(&mut self.store.conn()).await
     }
 
     /// The shard a ticket lives in: CRC16 of the ticket mod the shard count.
@@ -168,19 +175,20 @@ impl Queue {
 
     /// The keys of shard `shard` of an event.
     pub fn shard_keys(&self, cfg: &EventConfig, shard: usize) -> ShardKeys {
-        self.keys.shard(&cfg.shard_tags[shard])
+        self.store.keys().shard(&cfg.shard_tags[shard])
     }
 
     /// Enters `user` into the line of `event` (or returns where they already stand).
     #[tracing::instrument(skip_all, fields(event = %event))]
     pub async fn enter(&self, event: &EventId, user: &UserId) -> Result<QueueStatus, QueueError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.store.conn();
         let ev = self.events.get(&mut conn, event).await?;
         match ev.config.state {
             EventState::Open => {}
             EventState::Paused => return Err(QueueError::EventClosed("paused")),
             EventState::Closed => return Err(QueueError::EventClosed("closed")),
         }
+        metrics::counter!(telemetry::QUEUE_ENTERED, "event" => event.to_string()).increment(1);
         let ticket = self.signer.ticket(event, user);
         if ev.sold_out {
             // The line has stopped: say so at once instead of queueing people for nothing. Someone
@@ -216,8 +224,9 @@ impl Queue {
     /// Where `ticket` stands now.
     #[tracing::instrument(skip_all, fields(event = %event))]
     pub async fn poll(&self, event: &EventId, ticket: &Ticket) -> Result<QueueStatus, QueueError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.store.conn();
         let ev = self.events.get(&mut conn, event).await?;
+        metrics::counter!(telemetry::QUEUE_POLLS, "event" => event.to_string()).increment(1);
         let standing = self
             .repairing(event, &ev.config, || self.locate(&ev, ticket, None))
             .await?;
@@ -267,11 +276,12 @@ impl Queue {
         match self.locate(ev, ticket, None).await {
             Err(QueueError::UnknownTicket) => {
                 let number: u64 = self
-                    .scripts
+                    .store
+                    .scripts()
                     .next_number
-                    .key(self.keys.counter(event.as_str()))
+                    .key(self.store.keys().counter(event.as_str()))
                     .arg(ev.config.counter_start.saturating_sub(1))
-                    .invoke_async(&mut self.conn.clone())
+                    .invoke_async(&mut self.store.conn())
                     .await?;
                 self.locate(ev, ticket, Some(number)).await
             }
@@ -292,7 +302,7 @@ impl Queue {
         let k = self.shard_keys(cfg, shard);
         let mut call = match arrival {
             Some(score) => {
-                let mut c = self.scripts.enter.key(&k.waiting);
+                let mut c = self.store.scripts().enter.key(&k.waiting);
                 c.key(&k.active)
                     .key(&k.seen)
                     .arg(ticket.to_member())
@@ -300,79 +310,80 @@ impl Queue {
                 c
             }
             None => {
-                let mut c = self.scripts.status.key(&k.waiting);
+                let mut c = self.store.scripts().status.key(&k.waiting);
                 c.key(&k.active).key(&k.seen).arg(ticket.to_member());
                 c
             }
         };
-        let raw: (i64, String, u64, u64) = call
+        let reply: ShardStanding = call
             .arg(now_ms())
             .arg(cfg.active_ttl_seconds * 1000)
-            .invoke_async(&mut self.conn.clone())
+            .invoke_async(&mut self.store.conn())
             .await?;
-        self.standing(ev, shard, raw).await
+        match reply {
+            ShardStanding::Admitted { admitted_at_ms } => Ok(Standing::Admitted { admitted_at_ms }),
+            ShardStanding::Waiting {
+                score,
+                rank,
+                shard_size,
+            } => self.waiting(ev, shard, score, rank, shard_size).await,
+            ShardStanding::Unknown => Err(QueueError::UnknownTicket),
+        }
     }
 
-    /// Turns a script's `{state, score, rank, shard size}` into a standing, with the position
-    /// computed by the event's effective strategy.
-    async fn standing(
+    /// The standing of someone waiting at `score` (rank `rank` of `shard_size` in their shard),
+    /// with the position computed by the event's effective strategy.
+    async fn waiting(
         &self,
         ev: &Event,
         shard: usize,
-        raw: (i64, String, u64, u64),
+        score: f64,
+        rank: u64,
+        shard_size: u64,
     ) -> Result<Standing, QueueError> {
-        let (state, score, rank, shard_size) = raw;
-        let score: f64 = score.parse().unwrap_or(0.0);
-        match state {
-            2 => Ok(Standing::Admitted {
-                admitted_at_ms: score as u64,
-            }),
-            1 => {
-                let cfg = &ev.config;
-                let counted = cfg.counter_start > 0 && score >= cfg.counter_start as f64;
-                // Reads beyond the shard's own script, counted for the commands-per-poll metric.
-                let mut reads = 0u32;
-                let exact = |reads: &mut u32| {
-                    *reads += cfg.shards - 1;
-                    self.ahead_in_other_shards(&self.reads, cfg, shard, score)
+        let cfg = &ev.config;
+        let counted = cfg.counter_start > 0 && score >= cfg.counter_start as f64;
+        // Reads beyond the shard's own script, counted for the commands-per-poll metric.
+        let mut reads = 0u32;
+        let replicas = self.store.reads();
+        let exact = |reads: &mut u32| {
+            *reads += cfg.shards - 1;
+            self.ahead_in_other_shards(&replicas, cfg, shard, score)
+        };
+        let (strategy, position) = match (ev.effective_strategy(), ev.waiting_total) {
+            // One script on the own shard; the line's total comes from the leader.
+            (StrategyKind::Statistical, Some(total)) => (
+                StrategyKind::Statistical,
+                statistical::position(rank, shard_size, total),
+            ),
+            (StrategyKind::GlobalCounter, _) => {
+                let published = if counted {
+                    reads += 1;
+                    self.counter_figures(ev, score).await?
+                } else {
+                    None
                 };
-                let (strategy, position) = match (ev.effective_strategy(), ev.waiting_total) {
-                    // One script on the own shard; the line's total comes from the leader.
-                    (StrategyKind::Statistical, Some(total)) => (
-                        StrategyKind::Statistical,
-                        statistical::position(rank, shard_size, total),
-                    ),
-                    (StrategyKind::GlobalCounter, _) => {
-                        let published = if counted {
-                            reads += 1;
-                            self.counter_figures(ev, score).await?
-                        } else {
-                            None
-                        };
-                        let position = match published {
-                            Some((carried, first)) => {
-                                global_counter::position(carried, score as u64, first)
-                            }
-                            // People from before the counter range (or before the leader has
-                            // published): counted exactly, as they drain first.
-                            None => timestamp::position(rank, &exact(&mut reads).await?),
-                        };
-                        (StrategyKind::GlobalCounter, position)
+                let position = match published {
+                    Some((carried, first)) => {
+                        global_counter::position(carried, score as u64, first)
                     }
-                    // Before the leader has published a total, count exactly (and say so).
-                    _ => (
-                        StrategyKind::Timestamp,
-                        timestamp::position(rank, &exact(&mut reads).await?),
-                    ),
+                    // People from before the counter range (or before the leader has
+                    // published): counted exactly, as they drain first.
+                    None => timestamp::position(rank, &exact(&mut reads).await?),
                 };
-                Ok(Standing::Waiting {
-                    position,
-                    strategy,
-                    reads,
-                })
+                (StrategyKind::GlobalCounter, position)
             }
-            _ => Err(QueueError::UnknownTicket),
-        }
+            // Before the leader has published a total, count exactly (and say so).
+            _ => (
+                StrategyKind::Timestamp,
+                timestamp::position(rank, &exact(&mut reads).await?),
+            ),
+        };
+        Ok(Standing::Waiting {
+            position,
+            strategy,
+            reads,
+        })
     }
 
     /// The leader's per-tick figures for `global_counter` positions: people waiting from before
@@ -383,11 +394,11 @@ impl Queue {
         score: f64,
     ) -> Result<Option<(u64, u64)>, QueueError> {
         let figures: [Option<String>; 3] = self
-            .reads
-            .clone()
+            .store
+            .reads()
             .hmget(
-                self.keys.event_stats(ev.id.as_str()),
-                &["gc_start", "gc_carried", "gc_first"],
+                self.store.keys().event_stats(ev.id.as_str()),
+                &[stats::GC_START, stats::GC_CARRIED, stats::GC_FIRST],
             )
             .await?;
         let [start, carried, first] = figures.map(|f| f.and_then(|v| v.parse::<u64>().ok()));
@@ -425,7 +436,8 @@ impl Queue {
             })
             .collect();
         // One pipeline per node instead of a round trip per shard (see redis::batch).
-        let replies = crate::redis::batch::read_grouped(via, &self.node_groups, counts).await?;
+        let replies =
+            crate::redis::batch::read_grouped(via, self.store.node_groups(), counts).await?;
         Ok(replies
             .iter()
             .map(|v| redis::from_redis_value_ref::<u64>(v).map_err(redis::RedisError::from))
@@ -434,7 +446,7 @@ impl Queue {
 
     /// True while `ticket` holds a live active session in `event`.
     pub async fn is_active(&self, event: &EventId, ticket: &Ticket) -> Result<bool, QueueError> {
-        let ev = self.events.get(&mut self.conn.clone(), event).await?;
+        let ev = self.events.get(&mut self.store.conn(), event).await?;
         match self
             .repairing(event, &ev.config, || self.locate(&ev, ticket, None))
             .await
@@ -456,14 +468,15 @@ impl Queue {
     /// Takes `ticket` out of the line or ends its active session.
     #[tracing::instrument(skip_all, fields(event = %event))]
     pub async fn leave(&self, event: &EventId, ticket: &Ticket) -> Result<(), QueueError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.store.conn();
         let ev = self.events.get(&mut conn, event).await?;
         let k = self.shard_keys(&ev.config, Self::shard_of(&ev.config, ticket));
         let removed: i64 = self
             .repairing(event, &ev.config, || async {
-                let mut conn = self.conn.clone();
+                let mut conn = self.store.conn();
                 Ok(self
-                    .scripts
+                    .store
+                    .scripts()
                     .leave
                     .key(&k.waiting)
                     .key(&k.active)
@@ -539,7 +552,7 @@ impl Queue {
         event: &EventId,
         patch: &EventPatch,
     ) -> Result<(EventConfig, bool), QueueError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.store.conn();
         let old = self.events.load(&mut conn, event).await?;
         let mut cfg = patch.apply(old.as_ref()).map_err(QueueError::Invalid)?;
         if cfg.shard_tags.is_empty() {
@@ -578,7 +591,7 @@ impl Queue {
             // out before), and not before the switch instant: nobody can be numbered ahead of
             // someone already waiting.
             let highest = self.highest_score(&cfg).await?;
-            let counter: Option<u64> = conn.get(self.keys.counter(event.as_str())).await?;
+            let counter: Option<u64> = conn.get(self.store.keys().counter(event.as_str())).await?;
             cfg.counter_start = [
                 cfg.switch_at_us.max(now),
                 highest + 1,
@@ -595,7 +608,7 @@ impl Queue {
     /// The highest arrival score waiting in any shard (0 for an empty line).
     async fn highest_score(&self, cfg: &EventConfig) -> Result<u64, QueueError> {
         let lasts = (0..cfg.shards as usize).map(|i| {
-            let mut conn = self.conn.clone();
+            let mut conn = self.store.conn();
             let key = self.shard_keys(cfg, i).waiting;
             async move {
                 conn.zrange_withscores::<_, Vec<(String, f64)>>(key, -1, -1)
@@ -614,7 +627,7 @@ impl Queue {
     /// The stored configuration (uncached).
     pub async fn event_config(&self, event: &EventId) -> Result<EventConfig, QueueError> {
         self.events
-            .load(&mut self.conn.clone(), event)
+            .load(&mut self.store.conn(), event)
             .await?
             .ok_or(QueueError::UnknownEvent)
     }
@@ -626,7 +639,7 @@ impl Queue {
         cfg: &EventConfig,
     ) -> Result<EventStats, QueueError> {
         let per_shard = (0..cfg.shards as usize).map(|i| {
-            let mut conn = self.conn.clone();
+            let mut conn = self.store.conn();
             let k = self.shard_keys(cfg, i);
             async move {
                 redis::pipe()
@@ -638,12 +651,12 @@ impl Queue {
             }
         });
         let shards = try_join_all(per_shard).await?;
-        let mut conn = self.conn.clone();
+        let mut conn = self.store.conn();
         let (leader, (rate, mode)): (Option<String>, (Option<f64>, Option<String>)) = redis::pipe()
-            .get(self.keys.lease(event.as_str()))
+            .get(self.store.keys().lease(event.as_str()))
             .hmget(
-                self.keys.event_stats(event.as_str()),
-                &["rate", "hybrid_mode"],
+                self.store.keys().event_stats(event.as_str()),
+                &[stats::RATE, stats::HYBRID_MODE],
             )
             .query_async(&mut conn)
             .await?;
@@ -687,9 +700,9 @@ impl Queue {
         }
         // The event's own counter and figures too. Its configuration is read as JSON and a bad
         // one is reported as unreadable, not moved: it cannot be rebuilt from nothing.
-        expected.push((self.keys.counter(event.as_str()), "string"));
-        expected.push((self.keys.event_stats(event.as_str()), "hash"));
-        let mut conn = self.conn.clone();
+        expected.push((self.store.keys().counter(event.as_str()), "string"));
+        expected.push((self.store.keys().event_stats(event.as_str()), "hash"));
+        let mut conn = self.store.conn();
         for (key, want) in expected {
             let found: String = redis::cmd("TYPE").arg(&key).query_async(&mut conn).await?;
             if found != "none" && found != want {

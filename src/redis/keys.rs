@@ -28,6 +28,25 @@
 //! keys of one shard share the tag and so one slot: every Lua script touches one slot only and
 //! can never fail with CROSSSLOT. Event ids cannot contain `{` or `}`, so a tag cannot be broken.
 
+/// Fields of the event's live-figures hash (`<p>:{<event>}:stats`). The admission leader
+/// writes them; requests read them (through the event cache).
+pub mod stats {
+    /// Admissions per second measured by the leader over the last seconds.
+    pub const RATE: &str = "rate";
+    /// People waiting over all shards, as the leader last counted them.
+    pub const WAITING: &str = "waiting";
+    /// The strategy `hybrid` uses now (`timestamp` or `statistical`).
+    pub const HYBRID_MODE: &str = "hybrid_mode";
+    /// `1` when every show of the event is sold out, else `0`.
+    pub const SOLD_OUT: &str = "sold_out";
+    /// The `global_counter` range the three `GC_*` figures describe (its first number).
+    pub const GC_START: &str = "gc_start";
+    /// People waiting from before the counter range.
+    pub const GC_CARRIED: &str = "gc_carried";
+    /// The first number still waiting ('' when nobody numbered waits).
+    pub const GC_FIRST: &str = "gc_first";
+}
+
 /// The hash slot of a key, as Redis Cluster computes it (CRC16/XMODEM of the hash tag, or of
 /// the whole key when it has none, mod 16384).
 pub fn slot(key: &str) -> u16 {

@@ -10,7 +10,12 @@
 
 pub mod batch;
 pub mod keys;
+pub mod nodes;
+pub mod replies;
 pub mod scripts;
+pub mod store;
+
+pub use store::Store;
 
 use std::time::Duration;
 
@@ -96,7 +101,7 @@ async fn connect_with(cfg: &RedisConfig, replica_reads: bool) -> anyhow::Result<
     let cluster = match cfg.mode {
         RedisMode::Cluster => true,
         RedisMode::Standalone => false,
-        RedisMode::Auto => detect_cluster(&first, connect_timeout).await?,
+        RedisMode::Auto => detect_cluster(&cfg.nodes, connect_timeout).await?,
     };
     // Bound the whole set-up: an async connect can hang (shared/INFRA.md).
     let setup = async {
@@ -137,8 +142,20 @@ async fn connect_with(cfg: &RedisConfig, replica_reads: bool) -> anyhow::Result<
         .context("Redis connection set-up timed out")?
 }
 
-/// Asks the first node whether it runs in cluster mode (`INFO cluster`).
-async fn detect_cluster(url: &str, timeout: Duration) -> anyhow::Result<bool> {
+/// Asks the seed nodes, in turn, whether they run in cluster mode (`INFO cluster`): the first
+/// that answers decides, so one seed being down does not stop the service from starting.
+async fn detect_cluster(urls: &[String], timeout: Duration) -> anyhow::Result<bool> {
+    let mut failures = Vec::new();
+    for url in urls {
+        match ask_cluster_mode(url, timeout).await {
+            Ok(cluster) => return Ok(cluster),
+            Err(e) => failures.push(format!("{e:#}")),
+        }
+    }
+    anyhow::bail!("no Redis seed answered: {}", failures.join("; "))
+}
+
+async fn ask_cluster_mode(url: &str, timeout: Duration) -> anyhow::Result<bool> {
     let client = redis::Client::open(url).context("parsing the Redis URL")?;
     let probe = async {
         let mut conn = client.get_multiplexed_async_connection().await?;

@@ -1,7 +1,8 @@
 //! The one place that loads Lua: each script from `lua/`, compiled in with `include_str!`.
 //!
 //! Scripts run with [`redis::Script::invoke_async`], which sends EVALSHA and loads the script
-//! on NOSCRIPT (for instance on a replica just promoted after a failover).
+//! on NOSCRIPT (for instance on a replica just promoted after a failover). Their replies are
+//! parsed into the types of [`super::replies`].
 
 use redis::{Script, ScriptInvocation};
 
@@ -39,8 +40,8 @@ pub struct Scripts {
     pub unbook: Script,
     /// See `lua/settle.lua`.
     pub settle: Script,
-    /// See `lua/lease_release.lua`.
-    pub release: Script,
+    /// See `lua/lease_release.lua` (gives up the admission lease; not a seat hold).
+    pub lease_release: Script,
 }
 
 impl Scripts {
@@ -62,7 +63,7 @@ impl Scripts {
             book: show_script(include_str!("../../lua/book.lua")),
             unbook: Script::new(include_str!("../../lua/unbook.lua")),
             settle: show_script(include_str!("../../lua/settle.lua")),
-            release: Script::new(include_str!("../../lua/lease_release.lua")),
+            lease_release: Script::new(include_str!("../../lua/lease_release.lua")),
         }
     }
 }
@@ -87,7 +88,7 @@ impl Scripts {
             &self.book,
             &self.unbook,
             &self.settle,
-            &self.release,
+            &self.lease_release,
         ] {
             s.load_async(conn).await?;
         }

@@ -1,32 +1,30 @@
-//! Seats: shows and their seat maps, holds, and confirming a hold into a booking.
+//! Seats: shows and their seat maps, and holds (all or nothing, lapsing by TTL).
 //!
 //! Redis holds the fast, atomic view (one Lua script per step, all of a show's keys under one
 //! hash tag); PostgreSQL, fed through Kafka, is the truth. The invariant this module keeps: a
-//! 201 for a booking is sent only after Kafka acknowledged it — if that fails, the Redis step is
-//! undone and the answer is 503, so nothing is sold that is not on its way to the ledger.
+//! seat is held by at most one live hold, and a hold takes all its seats or none. Turning a
+//! hold into a booking is the `booking` module's.
+
+pub mod repo;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use futures::future::try_join_all;
-use redis::{AsyncCommands as _, RedisError, Value};
+use futures::future::{try_join_all, BoxFuture};
+use redis::{AsyncCommands as _, RedisError};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::auth::TokenError;
-use crate::booking::producer::BookingProducer;
-use crate::booking::{repo, BookingError, BookingMessage};
 use crate::ids::{parse_uuid, BadId, EventId, SeatId, ShowId, Ticket};
+use crate::queue::admission::Housekeeping;
 use crate::queue::{now_ms, Queue, QueueError};
-use crate::redis::keys::ShowKeys;
+use crate::redis::keys::{stats, ShowKeys};
+use crate::redis::replies::{HoldReply, MaybeShow, ReleaseReply, ShowSetup, Swept};
 use crate::redis::scripts::with_show_keys;
+use crate::redis::Store;
 use crate::telemetry;
-
-/// How long a booking's pending record stays in Redis (it only answers GET until the ledger has
-/// the booking; the ledger normally takes milliseconds).
-const PENDING_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Most seats one show may have.
 pub const MAX_SEATS: usize = 100_000;
 
@@ -39,9 +37,6 @@ pub enum SeatError {
     /// No such hold.
     #[error("no such hold")]
     UnknownHold,
-    /// No such booking.
-    #[error("no such booking")]
-    UnknownBooking,
     /// The request is malformed for this show.
     #[error("{0}")]
     Invalid(String),
@@ -51,9 +46,6 @@ pub enum SeatError {
     /// General admission: fewer places left than asked for.
     #[error("not enough places left")]
     SoldOut,
-    /// The hold lapsed or was released.
-    #[error("the hold has expired or was released")]
-    HoldExpired,
     /// The change conflicts with what exists.
     #[error("{0}")]
     Conflict(String),
@@ -69,9 +61,6 @@ pub enum SeatError {
     /// PostgreSQL failed.
     #[error(transparent)]
     Db(#[from] sqlx::Error),
-    /// Kafka did not take the booking.
-    #[error("{0}")]
-    Kafka(String),
 }
 
 impl From<RedisError> for SeatError {
@@ -173,53 +162,58 @@ pub struct HoldOut {
     pub expires_at: String,
 }
 
-/// A booking as the API shows it.
-#[derive(Debug, Clone, Serialize)]
-pub struct BookingOut {
-    /// Booking id.
-    pub booking_id: String,
-    /// Show id.
-    pub show: String,
-    /// Seats (seated show).
-    pub seats: Vec<String>,
-    /// Places (general admission).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub quantity: Option<u32>,
-    /// `pending`, `confirmed` or `rejected`.
-    pub status: String,
+/// What a hold request asks for, checked against the event's limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Wanted {
+    /// These seats (seated show), unique, at most the event's maximum.
+    Seats(Vec<String>),
+    /// This many places (general admission).
+    Quantity(u32),
 }
 
-/// A hold's record in Redis (see lua/show_lib.lua).
-#[derive(Debug, Clone, Deserialize)]
-struct HoldRec {
-    ticket: String,
-    #[serde(default)]
-    seats: Option<Vec<String>>,
-    #[serde(default)]
-    quantity: Option<u32>,
+impl Wanted {
+    fn parse(req: &HoldRequest, max: u32) -> Result<Self, SeatError> {
+        match (&req.seats, req.quantity) {
+            (Some(seats), None) => {
+                let ids = seats
+                    .iter()
+                    .map(|s| SeatId::parse(s).map(SeatId::into_string))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let mut uniq = ids.clone();
+                uniq.sort();
+                uniq.dedup();
+                if ids.is_empty() || uniq.len() != ids.len() {
+                    return Err(SeatError::Invalid(
+                        "seats must be a non-empty list without duplicates".into(),
+                    ));
+                }
+                if ids.len() > max as usize {
+                    return Err(SeatError::Invalid(format!("at most {max} seats per hold")));
+                }
+                Ok(Wanted::Seats(ids))
+            }
+            (None, Some(q)) if (1..=max).contains(&q) => Ok(Wanted::Quantity(q)),
+            (None, Some(_)) => Err(SeatError::Invalid(format!("quantity must be 1..={max}"))),
+            _ => Err(SeatError::Invalid("give either seats or quantity".into())),
+        }
+    }
 }
 
-/// A booking's pending record in Redis.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Pending {
-    show: String,
-    seats: Vec<String>,
-    quantity: u32,
+/// Shows, seat maps and holds. Bookings are the `booking` module's.
+pub struct Seats {
+    store: Arc<Store>,
+    queue: Arc<Queue>,
+    db: PgPool,
 }
 
-/// Seats, holds and bookings.
-pub struct Sales {
-    /// The waiting room (Redis handles, scripts, events, signer).
-    pub queue: Arc<Queue>,
-    /// The ledger.
-    pub db: PgPool,
-    /// Kafka.
-    pub producer: BookingProducer,
-}
+impl Seats {
+    /// Seats on `store`, with access checked by `queue` and shows recorded in `db`.
+    pub fn new(store: Arc<Store>, queue: Arc<Queue>, db: PgPool) -> Self {
+        Seats { store, queue, db }
+    }
 
-impl Sales {
     fn show_keys(&self, show: &ShowId) -> ShowKeys {
-        self.queue.keys.show(show.as_str())
+        self.store.keys().show(show.as_str())
     }
 
     /// Creates a show and its seats, in PostgreSQL and Redis. Returns whether it was new.
@@ -250,19 +244,19 @@ impl Sales {
             )));
         }
         let k = self.show_keys(show);
-        let mut call = with_show_keys(&self.queue.scripts.show_setup, &k);
+        let mut call = with_show_keys(&self.store.scripts().show_setup, &k);
         call.key(&k.order).arg(event.as_str()).arg(kind).arg(total);
         for s in &seats {
             call.arg(s);
         }
-        let (created, _): (i64, Value) = call.invoke_async(&mut self.queue.conn.clone()).await?;
+        let setup: ShowSetup = call.invoke_async(&mut self.store.conn()).await?;
         let _: i64 = self
-            .queue
-            .conn
-            .clone()
-            .sadd(self.queue.keys.event_shows(event.as_str()), show.as_str())
+            .store
+            .conn()
+            .sadd(self.store.keys().event_shows(event.as_str()), show.as_str())
             .await?;
-        if created == 1 && total > 0 {
+        let created = setup == ShowSetup::Created;
+        if created && total > 0 {
             self.set_sold_out(&event, false).await?;
         }
         Ok((
@@ -272,55 +266,46 @@ impl Sales {
                 seat_count: total,
                 kind,
             },
-            created == 1,
+            created,
         ))
     }
 
     /// The seat map, from Redis.
     pub async fn seats(&self, show: &ShowId) -> Result<SeatMap, SeatError> {
         let k = self.show_keys(show);
-        let mut call = with_show_keys(&self.queue.scripts.show_view, &k);
-        let (event, kind, total, available, _sold, flat): (
-            String,
-            String,
-            u64,
-            u64,
-            u64,
-            Vec<String>,
-        ) = call
+        let mut call = with_show_keys(&self.store.scripts().show_view, &k);
+        let MaybeShow(view) = call
             .key(&k.order)
             .arg(now_ms())
-            .invoke_async(&mut self.queue.conn.clone())
+            .invoke_async(&mut self.store.conn())
             .await?;
-        if event.is_empty() {
-            return Err(SeatError::UnknownShow);
-        }
-        let seats = flat
-            .chunks(2)
-            .map(|c| SeatState {
-                id: c[0].clone(),
-                state: match c.get(1).map(String::as_str) {
-                    Some("") | None => "available",
-                    Some(s) if s.starts_with("s:") => "sold",
-                    Some(_) => "held",
+        let view = view.ok_or(SeatError::UnknownShow)?;
+        let seats = view
+            .seats
+            .into_iter()
+            .map(|(id, state)| SeatState {
+                id,
+                state: match state.as_str() {
+                    "" => "available",
+                    s if s.starts_with("s:") => "sold",
+                    _ => "held",
                 },
             })
             .collect();
         Ok(SeatMap {
             show: show.to_string(),
-            event,
-            available,
+            event: view.event,
+            available: view.available,
             seats,
-            quantity: (kind == "ga").then_some(total),
+            quantity: view.general_admission.then_some(view.total),
         })
     }
 
     /// The show's event, or UnknownShow.
-    async fn show_event(&self, show: &ShowId) -> Result<EventId, SeatError> {
+    pub async fn show_event(&self, show: &ShowId) -> Result<EventId, SeatError> {
         let event: Option<String> = self
-            .queue
-            .conn
-            .clone()
+            .store
+            .conn()
             .hget(self.show_keys(show).info, "event")
             .await?;
         let event = event.ok_or(SeatError::UnknownShow)?;
@@ -329,7 +314,11 @@ impl Sales {
 
     /// Checks the bearer token: signed by us, not expired, for this show's event, and its
     /// session still active. Returns the ticket.
-    async fn authorize(&self, token: Option<&str>, event: &EventId) -> Result<Ticket, SeatError> {
+    pub async fn authorize(
+        &self,
+        token: Option<&str>,
+        event: &EventId,
+    ) -> Result<Ticket, SeatError> {
         let ticket = self.token_ticket(token, event)?;
         if !self.queue.is_active(event, &ticket).await? {
             return Err(SeatError::Forbidden("the active session has ended"));
@@ -338,16 +327,17 @@ impl Sales {
     }
 
     /// The ticket of a valid token for this event (signature, expiry, event; not the session).
-    fn token_ticket(&self, token: Option<&str>, event: &EventId) -> Result<Ticket, SeatError> {
+    pub fn token_ticket(&self, token: Option<&str>, event: &EventId) -> Result<Ticket, SeatError> {
         let token = token.ok_or(SeatError::Unauthorized("an access token is required"))?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        let claims = self.queue.signer.verify(token, now).map_err(|e| match e {
-            TokenError::Invalid => SeatError::Unauthorized("the access token is not valid"),
-            TokenError::Expired => SeatError::Unauthorized("the access token has expired"),
-        })?;
+        let now = now_ms() / 1000;
+        let claims = self
+            .queue
+            .signer()
+            .verify(token, now)
+            .map_err(|e| match e {
+                TokenError::Invalid => SeatError::Unauthorized("the access token is not valid"),
+                TokenError::Expired => SeatError::Unauthorized("the access token has expired"),
+            })?;
         if claims.ev != event.as_str() {
             return Err(SeatError::Forbidden(
                 "the access token is for another event",
@@ -368,95 +358,80 @@ impl Sales {
         let event = self.show_event(show).await?;
         let ticket = self.authorize(token, &event).await?;
         let cfg = self.queue.event_config(&event).await?;
-        let max = cfg.max_seats_per_hold as usize;
-        let (seats, quantity) = match (&req.seats, req.quantity) {
-            (Some(seats), None) => {
-                let mut ids = Vec::with_capacity(seats.len());
-                for s in seats {
-                    ids.push(SeatId::parse(s)?.into_string());
-                }
-                let mut uniq = ids.clone();
-                uniq.sort();
-                uniq.dedup();
-                if ids.is_empty() || uniq.len() != ids.len() {
-                    return Err(SeatError::Invalid(
-                        "seats must be a non-empty list without duplicates".into(),
-                    ));
-                }
-                if ids.len() > max {
-                    return Err(SeatError::Invalid(format!("at most {max} seats per hold")));
-                }
-                (ids, None)
-            }
-            (None, Some(q)) if (1..=max as u32).contains(&q) => (Vec::new(), Some(q)),
-            (None, Some(_)) => {
-                return Err(SeatError::Invalid(format!("quantity must be 1..={max}")))
-            }
-            _ => return Err(SeatError::Invalid("give either seats or quantity".into())),
-        };
+        let wanted = Wanted::parse(req, cfg.max_seats_per_hold)?;
         let hold_id = Uuid::new_v4();
         let now = now_ms();
         let ttl_ms = cfg.hold_ttl_seconds * 1000;
-        let k = self.show_keys(show);
-        let mut call = with_show_keys(&self.queue.scripts.hold, &k);
-        call.arg(hold_id.to_string())
-            .arg(ticket.to_member())
-            .arg(now)
-            .arg(ttl_ms)
-            .arg(quantity.map(|q| q.to_string()).unwrap_or_default());
-        for s in &seats {
-            call.arg(s);
-        }
-        let reply: Vec<Value> = call.invoke_async(&mut self.queue.conn.clone()).await?;
-        let code: i64 = reply
-            .first()
-            .map(|v| redis::from_redis_value(v.clone()))
-            .transpose()?
-            .unwrap_or(-9);
-        let rest = || -> Vec<String> {
-            reply[1..]
-                .iter()
-                .filter_map(|v| redis::from_redis_value(v.clone()).ok())
-                .collect()
-        };
-        let result = match code {
-            1 => "held",
-            0 => {
+        let reply = self
+            .run_hold(show, &hold_id, &ticket, now, ttl_ms, &wanted)
+            .await?;
+        let available = match reply {
+            HoldReply::Held { available } => available,
+            HoldReply::Taken(seats) => {
                 metrics::counter!(telemetry::HOLDS, "result" => "conflict").increment(1);
-                return Err(SeatError::Taken(rest()));
+                return Err(SeatError::Taken(seats));
             }
-            -1 => {
+            HoldReply::UnknownSeats(seats) => {
                 return Err(SeatError::Invalid(format!(
                     "unknown seats: {}",
-                    rest().join(", ")
+                    seats.join(", ")
                 )))
             }
-            -2 => {
+            HoldReply::NotEnough => {
                 metrics::counter!(telemetry::HOLDS, "result" => "sold_out").increment(1);
                 return Err(SeatError::SoldOut);
             }
-            _ => {
+            HoldReply::WrongKind => {
                 return Err(SeatError::Invalid(
                     "this show takes the other kind of hold (seats or quantity)".into(),
                 ))
             }
         };
-        metrics::counter!(telemetry::HOLDS, "result" => result).increment(1);
-        let available: u64 = reply
-            .get(1)
-            .map(|v| redis::from_redis_value(v.clone()))
-            .transpose()?
-            .unwrap_or(0);
+        metrics::counter!(telemetry::HOLDS, "result" => "held").increment(1);
         if available == 0 {
             self.refresh_sold_out(&event).await?;
         }
+        let (seats, quantity) = match wanted {
+            Wanted::Seats(seats) => (Some(seats), None),
+            Wanted::Quantity(q) => (None, Some(q)),
+        };
         Ok(HoldOut {
             hold_id: hold_id.to_string(),
             show: show.to_string(),
-            seats: quantity.is_none().then_some(seats),
+            seats,
             quantity,
             expires_at: rfc3339(now + ttl_ms),
         })
+    }
+
+    /// Runs `hold.lua` for one request.
+    async fn run_hold(
+        &self,
+        show: &ShowId,
+        hold_id: &Uuid,
+        ticket: &Ticket,
+        now: u64,
+        ttl_ms: u64,
+        wanted: &Wanted,
+    ) -> Result<HoldReply, SeatError> {
+        let k = self.show_keys(show);
+        let mut call = with_show_keys(&self.store.scripts().hold, &k);
+        call.arg(hold_id.to_string())
+            .arg(ticket.to_member())
+            .arg(now)
+            .arg(ttl_ms);
+        match wanted {
+            Wanted::Quantity(q) => {
+                call.arg(q.to_string());
+            }
+            Wanted::Seats(seats) => {
+                call.arg("");
+                for s in seats {
+                    call.arg(s);
+                }
+            }
+        }
+        Ok(call.invoke_async(&mut self.store.conn()).await?)
     }
 
     /// Releases a hold before it lapses.
@@ -471,289 +446,48 @@ impl Sales {
         let event = self.show_event(show).await?;
         let ticket = self.authorize(token, &event).await?;
         let k = self.show_keys(show);
-        let mut call = with_show_keys(&self.queue.scripts.release_hold, &k);
-        let reply: Vec<i64> = call
+        let mut call = with_show_keys(&self.store.scripts().release_hold, &k);
+        let reply: ReleaseReply = call
             .arg(hold.to_string())
             .arg(ticket.to_member())
             .arg(now_ms())
-            .invoke_async(&mut self.queue.conn.clone())
+            .invoke_async(&mut self.store.conn())
             .await?;
-        match reply.first().copied() {
-            Some(1) => {
-                self.set_sold_out(&event, false).await?;
-                Ok(())
+        match reply {
+            ReleaseReply::Released => self.set_sold_out(&event, false).await,
+            ReleaseReply::OtherTicket => {
+                Err(SeatError::Forbidden("this hold belongs to another ticket"))
             }
-            Some(-1) => Err(SeatError::Forbidden("this hold belongs to another ticket")),
-            Some(-2) => Err(SeatError::Conflict(
+            ReleaseReply::Booked => Err(SeatError::Conflict(
                 "this hold is booked; it cannot be released".into(),
             )),
-            _ => Err(SeatError::UnknownHold),
-        }
-    }
-
-    /// Confirms a hold: marks its seats sold in Redis, makes the booking durable in Kafka, then
-    /// answers. If Kafka does not acknowledge, the Redis step is undone and the caller gets 503.
-    #[tracing::instrument(skip_all, fields(show = %show))]
-    pub async fn book(
-        &self,
-        show: &ShowId,
-        token: Option<&str>,
-        hold: &str,
-    ) -> Result<BookingOut, SeatError> {
-        let hold = parse_uuid("hold_id", hold)?;
-        let event = self.show_event(show).await?;
-        let ticket = self.token_ticket(token, &event)?;
-        let booking_id = self.queue.signer.booking_id(&hold);
-        let k = self.show_keys(show);
-        // A new booking needs a live session; repeating a booking already made does not (the
-        // purchase ended the session), so the retry gets the same booking back.
-        if !self.queue.is_active(&event, &ticket).await? {
-            let raw: Option<String> = self
-                .queue
-                .conn
-                .clone()
-                .hget(&k.holdrec, hold.to_string())
-                .await?;
-            let booked_by_me = raw
-                .and_then(|r| serde_json::from_str::<serde_json::Value>(&r).ok())
-                .is_some_and(|h| {
-                    h["ticket"] == ticket.to_member().as_str() && h["booking"].is_string()
-                });
-            if !booked_by_me {
-                return Err(SeatError::Forbidden("the active session has ended"));
-            }
-        }
-        let mut call = with_show_keys(&self.queue.scripts.book, &k);
-        let reply: Vec<Value> = call
-            .arg(hold.to_string())
-            .arg(ticket.to_member())
-            .arg(now_ms())
-            .arg(booking_id.to_string())
-            .invoke_async(&mut self.queue.conn.clone())
-            .await?;
-        let code: i64 = reply
-            .first()
-            .map(|v| redis::from_redis_value(v.clone()))
-            .transpose()?
-            .unwrap_or(0);
-        match code {
-            1 | 2 => {}
-            -1 => return Err(SeatError::Forbidden("this hold belongs to another ticket")),
-            _ => {
-                metrics::counter!(telemetry::BOOKINGS_API, "status" => "expired").increment(1);
-                return Err(SeatError::HoldExpired);
-            }
-        }
-        let raw: String = redis::from_redis_value(reply[1].clone())?;
-        let rec: HoldRec =
-            serde_json::from_str(&raw).map_err(|e| SeatError::Invalid(e.to_string()))?;
-        let msg = BookingMessage {
-            booking_id: booking_id.to_string(),
-            show: show.to_string(),
-            event: event.to_string(),
-            ticket: rec.ticket.clone(),
-            seats: rec.seats.clone().unwrap_or_default(),
-            quantity: rec.quantity.unwrap_or(0),
-        };
-        // A replay (code 2) publishes again: the first attempt may have died before Kafka had it.
-        // The ledger applies a booking id once, so a second copy is harmless.
-        let started = std::time::Instant::now();
-        if let Err(e) = self.producer.publish(&msg).await {
-            if code == 1 {
-                let mut undo = with_show_keys(&self.queue.scripts.unbook, &k);
-                let undone: Result<i64, _> = undo
-                    .arg(hold.to_string())
-                    .arg(booking_id.to_string())
-                    .invoke_async(&mut self.queue.conn.clone())
-                    .await;
-                if let Err(re) = undone {
-                    tracing::error!(error = %re, booking = %booking_id,
-                        "booking neither durable nor undone in Redis; reconcile will free its seats");
-                }
-            }
-            metrics::counter!(telemetry::BOOKINGS_API, "status" => "unavailable").increment(1);
-            let BookingError::Kafka(reason) = e else {
-                unreachable!("publish fails only with Kafka")
-            };
-            return Err(SeatError::Kafka(reason));
-        }
-        metrics::histogram!(telemetry::KAFKA_PRODUCE_LATENCY)
-            .record(started.elapsed().as_secs_f64());
-        let pending = Pending {
-            show: msg.show.clone(),
-            seats: msg.seats.clone(),
-            quantity: msg.quantity,
-        };
-        let () = self
-            .queue
-            .conn
-            .clone()
-            .set_ex(
-                self.queue.keys.booking(&msg.booking_id),
-                serde_json::to_string(&pending).expect("json"),
-                PENDING_TTL.as_secs(),
-            )
-            .await?;
-        // The sale is made: the buyer's slot goes to the next person in line.
-        self.queue.end_session(&event, &ticket).await?;
-        metrics::counter!(telemetry::BOOKINGS_API, "status" => if code == 1 { "pending" } else { "replayed" }).increment(1);
-        let status = match repo::find(&self.db, booking_id).await {
-            Ok(Some(row)) => row.status,
-            _ => "pending".to_owned(),
-        };
-        Ok(BookingOut {
-            booking_id: msg.booking_id,
-            show: msg.show,
-            seats: msg.seats,
-            quantity: rec.quantity,
-            status,
-        })
-    }
-
-    /// A booking: from the ledger when it has it, else pending when Kafka has it.
-    pub async fn booking(&self, id: &str) -> Result<BookingOut, SeatError> {
-        let uuid = parse_uuid("booking id", id)?;
-        if let Some(row) = repo::find(&self.db, uuid).await? {
-            return Ok(BookingOut {
-                booking_id: uuid.to_string(),
-                show: row.show,
-                seats: row.seats,
-                quantity: (row.quantity > 0).then_some(row.quantity as u32),
-                status: row.status,
-            });
-        }
-        let raw: Option<String> = self
-            .queue
-            .conn
-            .clone()
-            .get(self.queue.keys.booking(&uuid.to_string()))
-            .await?;
-        let p: Pending = raw
-            .and_then(|r| serde_json::from_str(&r).ok())
-            .ok_or(SeatError::UnknownBooking)?;
-        Ok(BookingOut {
-            booking_id: uuid.to_string(),
-            show: p.show,
-            seats: p.seats,
-            quantity: (p.quantity > 0).then_some(p.quantity),
-            status: "pending".into(),
-        })
-    }
-
-    /// Aligns Redis with the ledger after it rejected a booking.
-    pub async fn settle_rejected(
-        &self,
-        b: &BookingMessage,
-        truth: &[(String, Option<Uuid>)],
-    ) -> Result<(), SeatError> {
-        let show = ShowId::parse(&b.show)?;
-        let mut args: Vec<String> = Vec::new();
-        if b.seats.is_empty() {
-            args.extend(["#ga".to_owned(), b.quantity.to_string()]);
-        } else {
-            for (seat, sold_by) in truth {
-                args.push(seat.clone());
-                args.push(sold_by.map(|id| format!("s:{id}")).unwrap_or_default());
-            }
-        }
-        self.settle(&show, &args).await?;
-        self.set_sold_out(&EventId::parse(&b.event)?, false).await
-    }
-
-    async fn settle(&self, show: &ShowId, pairs: &[String]) -> Result<u64, SeatError> {
-        let k = self.show_keys(show);
-        let mut call = with_show_keys(&self.queue.scripts.settle, &k);
-        call.arg(now_ms());
-        for a in pairs {
-            call.arg(a);
-        }
-        Ok(call.invoke_async(&mut self.queue.conn.clone()).await?)
-    }
-
-    /// Compares Redis's sold marks with the ledger for every show; with `repair`, rewrites Redis
-    /// from the ledger (the source of truth). Returns the drift found: (show, seat, redis, ledger).
-    pub async fn reconcile(&self, repair: bool) -> Result<Vec<Drift>, SeatError> {
-        let mut drift = Vec::new();
-        for show in repo::shows(&self.db).await? {
-            let show = ShowId::parse(&show)?;
-            let map = match self.raw_states(&show).await {
-                Ok(m) => m,
-                Err(SeatError::UnknownShow) => continue,
-                Err(e) => return Err(e),
-            };
-            let ledger: std::collections::HashMap<String, Uuid> =
-                repo::sold_seats(&self.db, show.as_str())
-                    .await?
-                    .into_iter()
-                    .collect();
-            let mut pairs = Vec::new();
-            for (seat, state) in map {
-                let redis_sold = state.strip_prefix("s:").map(str::to_owned);
-                let ledger_sold = ledger.get(&seat).map(Uuid::to_string);
-                if redis_sold != ledger_sold {
-                    drift.push(Drift {
-                        show: show.to_string(),
-                        seat: seat.clone(),
-                        redis: if state.is_empty() {
-                            "available".into()
-                        } else {
-                            state.clone()
-                        },
-                        ledger: ledger_sold
-                            .clone()
-                            .map(|b| format!("sold:{b}"))
-                            .unwrap_or_else(|| "available".into()),
-                    });
-                    pairs.push(seat);
-                    pairs.push(ledger_sold.map(|b| format!("s:{b}")).unwrap_or_default());
-                }
-            }
-            if repair && !pairs.is_empty() {
-                self.settle(&show, &pairs).await?;
-            }
-        }
-        Ok(drift)
-    }
-
-    async fn raw_states(&self, show: &ShowId) -> Result<Vec<(String, String)>, SeatError> {
-        let k = self.show_keys(show);
-        let kind: Option<String> = self.queue.conn.clone().hget(&k.info, "kind").await?;
-        match kind.as_deref() {
-            None => Err(SeatError::UnknownShow),
-            Some("ga") => Ok(Vec::new()),
-            Some(_) => Ok(self
-                .queue
-                .conn
-                .clone()
-                .hgetall::<_, Vec<(String, String)>>(&k.seats)
-                .await?),
+            ReleaseReply::NoHold => Err(SeatError::UnknownHold),
         }
     }
 
     /// Lapses expired holds of every show of `event` and updates its sold-out flag (run by the
-    /// admission leader about once a second).
+    /// admission leader about once a second, see [`Housekeeping`]).
     pub async fn sweep_event(&self, event: &EventId) -> Result<bool, SeatError> {
         let shows: Vec<String> = self
-            .queue
-            .conn
-            .clone()
-            .smembers(self.queue.keys.event_shows(event.as_str()))
+            .store
+            .conn()
+            .smembers(self.store.keys().event_shows(event.as_str()))
             .await?;
         if shows.is_empty() {
             return Ok(false);
         }
         let now = now_ms();
         let sweeps = shows.iter().map(|s| {
-            let k = self.queue.keys.show(s);
-            let mut conn = self.queue.conn.clone();
-            let script = &self.queue.scripts.show_sweep;
+            let k = self.store.keys().show(s);
+            let mut conn = self.store.conn();
+            let script = &self.store.scripts().show_sweep;
             async move {
                 let mut call = with_show_keys(script, &k);
-                call.arg(now).invoke_async::<(u64, u64)>(&mut conn).await
+                call.arg(now).invoke_async::<Swept>(&mut conn).await
             }
         });
         let results = try_join_all(sweeps).await?;
-        let sold_out = results.iter().all(|(_, available)| *available == 0);
+        let sold_out = results.iter().all(|s| s.available == 0);
         self.set_sold_out(event, sold_out).await?;
         Ok(sold_out)
     }
@@ -761,14 +495,13 @@ impl Sales {
     /// Sets the event's sold-out flag when every show has nothing available.
     async fn refresh_sold_out(&self, event: &EventId) -> Result<(), SeatError> {
         let shows: Vec<String> = self
-            .queue
-            .conn
-            .clone()
-            .smembers(self.queue.keys.event_shows(event.as_str()))
+            .store
+            .conn()
+            .smembers(self.store.keys().event_shows(event.as_str()))
             .await?;
         let reads = shows.iter().map(|s| {
-            let mut conn = self.queue.conn.clone();
-            let key = self.queue.keys.show(s).info;
+            let mut conn = self.store.conn();
+            let key = self.store.keys().show(s).info;
             async move { conn.hget::<_, _, Option<u64>>(key, "available").await }
         });
         let left: u64 = try_join_all(reads)
@@ -780,14 +513,14 @@ impl Sales {
             .await
     }
 
-    async fn set_sold_out(&self, event: &EventId, sold_out: bool) -> Result<(), SeatError> {
+    /// Sets or clears the event's sold-out flag (the line stops while it is set).
+    pub async fn set_sold_out(&self, event: &EventId, sold_out: bool) -> Result<(), SeatError> {
         let () = self
-            .queue
-            .conn
-            .clone()
+            .store
+            .conn()
             .hset(
-                self.queue.keys.event_stats(event.as_str()),
-                "sold_out",
+                self.store.keys().event_stats(event.as_str()),
+                stats::SOLD_OUT,
                 if sold_out { "1" } else { "0" },
             )
             .await?;
@@ -795,20 +528,14 @@ impl Sales {
     }
 }
 
-/// A seat whose state differs between Redis and the ledger.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Drift {
-    /// Show.
-    pub show: String,
-    /// Seat.
-    pub seat: String,
-    /// Redis's state.
-    pub redis: String,
-    /// The ledger's state.
-    pub ledger: String,
+impl Housekeeping for Seats {
+    fn sweep<'a>(&'a self, event: &'a EventId) -> BoxFuture<'a, anyhow::Result<bool>> {
+        Box::pin(async move { Ok(self.sweep_event(event).await?) })
+    }
 }
 
-fn rfc3339(ms: u64) -> String {
+/// A time in Unix ms as RFC 3339 with milliseconds.
+pub fn rfc3339(ms: u64) -> String {
     DateTime::<Utc>::from_timestamp_millis(ms as i64)
         .unwrap_or_default()
         .to_rfc3339_opts(SecondsFormat::Millis, true)

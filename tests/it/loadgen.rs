@@ -1,7 +1,7 @@
 //! The load generator's smoke run (correctness only: the figures belong in benchmarks).
 
 use clap::Parser as _;
-use waitroom::bench::loadgen::{run, LoadgenArgs};
+use waitroom_bench::loadgen::{run, LoadgenArgs};
 
 use crate::common::{spawn_app, ADMIN_TOKEN};
 
@@ -72,7 +72,7 @@ async fn small_sale(strategy: &str) {
 }
 
 /// Users whose enter was not answered 200 (they never queued).
-fn failed_enters(r: &waitroom::bench::loadgen::LoadReport) -> u64 {
+fn failed_enters(r: &waitroom_bench::loadgen::LoadReport) -> u64 {
     r.routes
         .iter()
         .find(|x| x.route == "enter")

@@ -154,13 +154,9 @@ async fn a_stale_slot_map_costs_a_retry_but_never_a_wrong_position() {
     let cfg = crate::common::test_config(&unique("t"));
     let conn = waitroom::redis::connect(&cfg.redis).await.unwrap();
     assert!(conn.is_cluster(), "the local stack is a cluster");
-    let queue = waitroom::queue::Queue::new(
-        conn.clone(),
-        conn.clone(),
-        waitroom::redis::keys::Keys::new(cfg.redis.key_prefix.clone()),
-        waitroom::auth::Signer::new("stale-map-test"),
-    );
-    queue.scripts.preload(&mut conn.clone()).await.unwrap();
+    let store = waitroom::redis::Store::connect(&cfg.redis).await.unwrap();
+    let queue =
+        waitroom::queue::Queue::new(store.clone(), waitroom::auth::Signer::new("stale-map-test"));
     let ev = EventId::parse(&unique("e")).unwrap();
     queue
         .put_event(
@@ -179,16 +175,16 @@ async fn a_stale_slot_map_costs_a_retry_but_never_a_wrong_position() {
         let status = queue.enter(&ev, &user).await.unwrap();
         tickets.push(waitroom::ids::Ticket::parse(&status.ticket).unwrap());
     }
-    queue.node_groups.force(vec![vec![(0, 16383)]]);
+    store.node_groups().force(vec![vec![(0, 16383)]]);
     for (i, t) in tickets.iter().enumerate() {
         let status = queue.poll(&ev, t).await.unwrap();
         assert_eq!(status.position, Some(i as u64 + 1), "ticket {i}");
         if i == 0 {
             // 7 other shards over 3 primaries: the one pipeline met MOVED and the map was
             // dropped.
-            assert!(!queue.node_groups.is_known(), "the stale map was dropped");
+            assert!(!store.node_groups().is_known(), "the stale map was dropped");
         }
     }
     // Read again from the cluster by a later poll.
-    assert!(queue.node_groups.is_known());
+    assert!(store.node_groups().is_known());
 }

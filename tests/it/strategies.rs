@@ -415,7 +415,7 @@ async fn hybrid_estimates_when_the_line_is_large_and_goes_exact_when_it_shrinks(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_ordering_bench_measures_exact_strategies_as_exact_and_counts_commands() {
     use clap::Parser as _;
-    use waitroom::bench::ordering::{run, OrderingBenchArgs};
+    use waitroom_bench::ordering::{run, OrderingBenchArgs};
 
     #[derive(clap::Parser)]
     struct Cli {

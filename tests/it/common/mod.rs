@@ -74,6 +74,7 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
     let redis = waitroom::redis::connect(&redis_cfg)
         .await
         .expect("test redis connection");
+    wait_until_prepared(&base).await;
     TestApp {
         base,
         http: reqwest::Client::builder()
@@ -84,6 +85,27 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
         redis,
         shutdown,
         handle: Some(handle),
+    }
+}
+
+/// Waits (bounded) until the service has prepared its back ends in the background: `/readyz`
+/// answers 200, or at least the schema is there (a test may point Kafka at a dead port on
+/// purpose). Start-up itself no longer waits for PostgreSQL or Kafka.
+async fn wait_until_prepared(base: &str) {
+    let http = reqwest::Client::new();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(20) {
+        if let Ok(r) = http.get(format!("{base}/readyz")).send().await {
+            let ok = r.status() == StatusCode::OK;
+            let body: Value = r.json().await.unwrap_or_default();
+            if ok
+                || (body["checks"]["postgres"] == "ok"
+                    && started.elapsed() > Duration::from_secs(5))
+            {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -1,4 +1,4 @@
-//! `waitroom loadgen`: a sale played against a running service over HTTP.
+//! `waitroom-bench loadgen`: a sale played against a running service over HTTP.
 //!
 //! Users arrive on a profile (all at the opening, a ramp, or steady) — open loop: a user starts
 //! at its arrival time whatever the service answered others — enter, poll as the service
@@ -28,7 +28,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::sync::{watch, Semaphore};
 
-use crate::config::DEV_ADMIN_TOKEN;
+use waitroom::config::DEV_ADMIN_TOKEN;
 
 /// When users arrive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -41,7 +41,7 @@ pub enum Profile {
     Steady,
 }
 
-/// Options of `waitroom loadgen`.
+/// Options of `waitroom-bench loadgen`.
 #[derive(Debug, Clone, Args)]
 pub struct LoadgenArgs {
     /// Base URL of the service.
@@ -851,7 +851,7 @@ fn parse_position_errors(text: &str) -> ErrorHistograms {
         Some(line[at..].split('"').next()?.to_owned())
     };
     for line in text.lines() {
-        let Some(rest) = line.strip_prefix(crate::telemetry::POSITION_ERROR) else {
+        let Some(rest) = line.strip_prefix(waitroom::telemetry::POSITION_ERROR) else {
             continue;
         };
         let (Some(strategy), Some(value)) = (

@@ -1,4 +1,4 @@
-//! `waitroom ledger-bench`: how fast confirmed seats reach PostgreSQL through Kafka.
+//! `waitroom-bench ledger-bench`: how fast confirmed seats reach PostgreSQL through Kafka.
 //!
 //! It creates a show with `bookings × seats_per_booking` seats, publishes that many bookings
 //! to a fresh topic with the service's producer (measuring publish throughput, each message
@@ -14,12 +14,13 @@ use futures::{stream, StreamExt as _, TryStreamExt as _};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::booking::producer::{ensure_topic, BookingProducer};
-use crate::booking::{consumer, repo, BookingMessage};
-use crate::config::Config;
-use crate::startup::connect_sales;
+use waitroom::booking::producer::{ensure_topic, BookingProducer};
+use waitroom::booking::{consumer, BookingMessage};
+use waitroom::config::Config;
+use waitroom::seats::repo;
+use waitroom::startup::{migrate, Services};
 
-/// Options of `waitroom ledger-bench`.
+/// Options of `waitroom-bench ledger-bench`.
 #[derive(Debug, Clone, Args)]
 pub struct LedgerBenchArgs {
     /// Bookings to publish and apply.
@@ -55,13 +56,14 @@ pub async fn run(args: LedgerBenchArgs) -> anyhow::Result<LedgerReport> {
     config.kafka.topic = format!("bench-{tag}.bookings");
     config.kafka.group = format!("bench-{tag}-ledger");
     let (_, secret) = config.secrets()?;
-    let sales = connect_sales(&config, &secret).await?;
+    let services = Services::connect(&config, &secret).await?;
+    migrate(services.db()).await?;
     ensure_topic(&config.kafka).await?;
     let (event, show) = (format!("bench{tag}"), format!("bench{tag}"));
     let seats: Vec<String> = (0..args.bookings * args.seats_per_booking)
         .map(|i| format!("S-{i}"))
         .collect();
-    repo::upsert_show(&sales.db, &show, &event, &seats, None).await?;
+    repo::upsert_show(services.db(), &show, &event, &seats, None).await?;
 
     let producer = BookingProducer::new(&config.kafka)?;
     let messages: Vec<BookingMessage> = seats
@@ -88,8 +90,7 @@ pub async fn run(args: LedgerBenchArgs) -> anyhow::Result<LedgerReport> {
     let started = Instant::now();
     let ledger = tokio::spawn(consumer::run(
         config.kafka.clone(),
-        sales.db.clone(),
-        Arc::clone(&sales),
+        Arc::clone(&services.bookings),
         shutdown.clone(),
     ));
     loop {
@@ -97,7 +98,7 @@ pub async fn run(args: LedgerBenchArgs) -> anyhow::Result<LedgerReport> {
             "SELECT count(*) FROM bookings WHERE show_id = $1 AND status = 'confirmed'",
         )
         .bind(&show)
-        .fetch_one(&sales.db)
+        .fetch_one(services.db())
         .await?;
         if done as usize >= messages.len() {
             break;

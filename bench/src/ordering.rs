@@ -1,4 +1,4 @@
-//! `waitroom ordering-bench`: how wrong each strategy's positions are, and what they cost.
+//! `waitroom-bench ordering-bench`: how wrong each strategy's positions are, and what they cost.
 //!
 //! For each line size, shard count and arrival pattern it fills a real line in Redis (the same
 //! keys and scores the service writes, via pipelined ZADD: entering a million people through
@@ -30,15 +30,15 @@ use redis::AsyncCommands as _;
 use serde::Serialize;
 use waitroom_strategies::{OrderKey, StrategyKind};
 
-use crate::auth::Signer;
-use crate::config::RedisConfig;
-use crate::ids::{EventId, Ticket, UserId};
-use crate::queue::event::{EventConfig, EventPatch, EventState};
-use crate::queue::Queue;
-use crate::redis::keys::Keys;
-use crate::redis::{connect, connect_reads, RedisConn};
+use waitroom::auth::Signer;
+use waitroom::config::RedisConfig;
+use waitroom::ids::{EventId, Ticket, UserId};
+use waitroom::queue::event::{EventConfig, EventPatch, EventState};
+use waitroom::queue::Queue;
+use waitroom::redis::keys::stats;
+use waitroom::redis::{connect_reads, RedisConn, Store};
 
-/// Options of `waitroom ordering-bench`.
+/// Options of `waitroom-bench ordering-bench`.
 #[derive(Debug, Clone, Args)]
 pub struct OrderingBenchArgs {
     /// Redis to measure on (the local stack's cluster by default).
@@ -216,21 +216,19 @@ pub async fn run(args: OrderingBenchArgs) -> anyhow::Result<Report> {
     let mut redis_cfg = args.redis.clone();
     redis_cfg.key_prefix = format!("bench{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     redis_cfg.response_timeout_ms = redis_cfg.response_timeout_ms.max(5000);
-    let conn = connect(&redis_cfg).await?;
-    let keys = Keys::new(redis_cfg.key_prefix.clone());
+    let store = Store::connect(&redis_cfg).await?;
+    let conn = store.conn();
+    let keys = store.keys().clone();
     let signer = Signer::new(&uuid::Uuid::new_v4().to_string());
-    let queue = Arc::new(Queue::new(
-        conn.clone(),
-        conn.clone(),
-        keys.clone(),
-        signer.clone(),
-    ));
-    queue.scripts.preload(&mut conn.clone()).await?;
+    let queue = Arc::new(Queue::new(store.clone(), signer.clone()));
     let replica_queue = if conn.is_cluster() {
         let mut rc = redis_cfg.clone();
         rc.read_from_replicas = true;
         let reads = connect_reads(&rc, &conn).await?;
-        Some(Queue::new(conn.clone(), reads, keys.clone(), signer))
+        Some(Queue::new(
+            Arc::new(Store::new(conn.clone(), reads, keys.clone())),
+            signer,
+        ))
     } else {
         None
     };
@@ -341,7 +339,7 @@ impl Bench {
             ..Default::default()
         };
         let (cfg, _) = self.queue.put_event(id, &patch).await?;
-        self.queue.events.forget(id);
+        forget_cached().await;
         Ok(cfg)
     }
 
@@ -377,7 +375,7 @@ impl Bench {
                 if strategy != self.queue.event_config(&id).await?.strategy {
                     self.set_strategy(&id, strategy).await?;
                 }
-                self.queue.events.forget(&id);
+                forget_cached().await;
                 rows.push(
                     self.sample(
                         &self.queue,
@@ -415,7 +413,7 @@ impl Bench {
             .collect();
         stream::iter(batches)
             .map(|(key, items)| {
-                let mut conn = self.queue.conn.clone();
+                let mut conn = self.queue.store().conn();
                 async move { conn.zadd_multiple::<_, _, _, i64>(key, &items).await }
             })
             .buffer_unordered(16)
@@ -438,8 +436,8 @@ impl Bench {
         for p in &leavers {
             let _: i64 = self
                 .queue
-                .conn
-                .clone()
+                .store()
+                .conn()
                 .zrem(self.queue.shard_keys(cfg, p.shard).waiting, &p.member)
                 .await?;
         }
@@ -453,16 +451,16 @@ impl Bench {
         cfg: &EventConfig,
         people: &[Person],
     ) -> anyhow::Result<()> {
-        let key = self.queue.keys.event_stats(id.as_str());
+        let key = self.queue.store().keys().event_stats(id.as_str());
         let mut pipe = redis::pipe();
-        pipe.hset(&key, "waiting", people.len());
+        pipe.hset(&key, stats::WAITING, people.len());
         if cfg.counter_start > 0 {
             let first = people.iter().map(|p| p.score as u64).min().unwrap_or(0);
-            pipe.hset(&key, "gc_start", cfg.counter_start)
-                .hset(&key, "gc_carried", 0)
-                .hset(&key, "gc_first", first);
+            pipe.hset(&key, stats::GC_START, cfg.counter_start)
+                .hset(&key, stats::GC_CARRIED, 0)
+                .hset(&key, stats::GC_FIRST, first);
         }
-        let () = pipe.query_async(&mut self.queue.conn.clone()).await?;
+        let () = pipe.query_async(&mut self.queue.store().conn()).await?;
         Ok(())
     }
 
@@ -548,15 +546,15 @@ impl Bench {
             // What the admission leader publishes for an empty counted line: nobody carried, the
             // first number to be handed out is the first waiting. (No scheduler runs here: its
             // own commands would blur the count.)
-            let key = self.queue.keys.event_stats(id.as_str());
+            let key = self.queue.store().keys().event_stats(id.as_str());
             let () = redis::pipe()
-                .hset(&key, "gc_start", cfg.counter_start)
-                .hset(&key, "gc_carried", 0)
-                .hset(&key, "gc_first", cfg.counter_start)
-                .query_async(&mut self.queue.conn.clone())
+                .hset(&key, stats::GC_START, cfg.counter_start)
+                .hset(&key, stats::GC_CARRIED, 0)
+                .hset(&key, stats::GC_FIRST, cfg.counter_start)
+                .query_async(&mut self.queue.store().conn())
                 .await?;
         }
-        self.queue.events.forget(&id);
+        forget_cached().await;
         let before = self.command_calls().await?;
         stream::iter(0..count)
             .map(|i| {
@@ -635,12 +633,15 @@ impl Bench {
 
         // Staleness: write on the primary, read through the replica connection until it shows.
         let mut lags = Vec::new();
-        let key = format!("{}:staleness", self.queue.keys.event_stats("bench"));
+        let key = format!(
+            "{}:staleness",
+            self.queue.store().keys().event_stats("bench")
+        );
         for i in 0..300u64 {
-            let () = self.queue.conn.clone().set(&key, i).await?;
+            let () = self.queue.store().conn().set(&key, i).await?;
             let t = Instant::now();
             loop {
-                let seen: Option<u64> = rq.reads.clone().get(&key).await?;
+                let seen: Option<u64> = rq.store().reads().get(&key).await?;
                 if seen == Some(i) {
                     break;
                 }
@@ -651,7 +652,7 @@ impl Bench {
             }
             lags.push(t.elapsed().as_secs_f64() * 1000.0);
         }
-        let _: i64 = self.queue.conn.clone().del(&key).await?;
+        let _: i64 = self.queue.store().conn().del(&key).await?;
         lags.sort_by(f64::total_cmp);
         Ok(ReplicaRow {
             waiting: w,
@@ -708,11 +709,15 @@ impl Bench {
             let scripts_before = self.command_calls().await?;
             let started = Instant::now();
             let admitted =
-                crate::queue::admission::admit_once(self.queue.clone(), &id, &cfg, count).await?;
+                waitroom::queue::admission::admit_once(self.queue.clone(), &id, &cfg, count)
+                    .await?;
             let wall_ms = started.elapsed().as_secs_f64() * 1000.0;
             let names: HashMap<String, &str> = [
-                (self.queue.scripts.shard_heads.get_hash(), "shard_heads.lua"),
-                (self.queue.scripts.admit.get_hash(), "admit.lua"),
+                (
+                    self.queue.store().scripts().shard_heads.get_hash(),
+                    "shard_heads.lua",
+                ),
+                (self.queue.store().scripts().admit.get_hash(), "admit.lua"),
             ]
             .into_iter()
             .map(|(h, n)| (h.to_owned(), n))
@@ -786,7 +791,7 @@ impl Bench {
     }
 
     async fn drop_event(&self, id: &EventId, cfg: &EventConfig) -> anyhow::Result<()> {
-        let mut conn = self.queue.conn.clone();
+        let mut conn = self.queue.store().conn();
         for i in 0..cfg.shards as usize {
             let k = self.queue.shard_keys(cfg, i);
             for key in [k.waiting, k.active, k.admitted, k.seen] {
@@ -796,7 +801,7 @@ impl Bench {
                     .await?;
             }
         }
-        let k = &self.queue.keys;
+        let k = self.queue.store().keys();
         for key in [
             k.event_config(id.as_str()),
             k.event_stats(id.as_str()),
@@ -884,7 +889,7 @@ fn percentile(sorted: &[u64], q: f64) -> u64 {
 /// `w` people with random tickets. Uniform: one arrival every 100 µs. Bursty: arrival times
 /// bunched at the opening (time ∝ u³), so many share a microsecond. Numbered: counter numbers.
 fn generate(w: usize, cfg: &EventConfig, arrivals: Arrivals) -> Vec<Person> {
-    let t0 = crate::queue::now_us() as f64;
+    let t0 = waitroom::queue::now_us() as f64;
     let span = w as f64 * 100.0;
     (0..w)
         .map(|i| {
@@ -1048,4 +1053,10 @@ fn print_report(r: &Report) {
             x.staleness_p99_ms
         );
     }
+}
+
+/// Waits until every event configuration this process cached has expired, so the next read
+/// sees what was just written to Redis behind the cache's back.
+async fn forget_cached() {
+    tokio::time::sleep(waitroom::queue::event::CACHE_TTL + Duration::from_millis(20)).await;
 }

@@ -1,0 +1,44 @@
+//! The `waitroom-bench` binary: measurement commands that report figures about a running
+//! waitroom or its parts. Nothing here is part of the service.
+
+#![forbid(unsafe_code)]
+
+use clap::{Parser, Subcommand};
+
+/// The same allocator as the service, so the load generator's own cost is measured alike.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(name = "waitroom-bench", version, about = "Benchmarks of waitroom")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Play a sale against a running service over HTTP and report throughput and the audit.
+    Loadgen(Box<waitroom_bench::loadgen::LoadgenArgs>),
+    /// Measure confirmed seats per second into PostgreSQL through Kafka (docs/benchmarks.md).
+    LedgerBench(Box<waitroom_bench::ledger::LedgerBenchArgs>),
+    /// Measure each ordering strategy's position error and Redis cost (docs/ordering.md).
+    OrderingBench(waitroom_bench::ordering::OrderingBenchArgs),
+    /// Picks per second of the admission's K-way merge at 8 and 64 shards.
+    Merge(waitroom_bench::merge::MergeArgs),
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    waitroom::telemetry::init_tracing();
+    match Cli::parse().command {
+        Command::Loadgen(args) => waitroom_bench::loadgen::run(*args).await.map(|_| ()),
+        Command::LedgerBench(args) => waitroom_bench::ledger::run(*args).await.map(|_| ()),
+        Command::OrderingBench(args) => waitroom_bench::ordering::run(args).await.map(|_| ()),
+        Command::Merge(args) => {
+            waitroom_bench::merge::run(&args);
+            Ok(())
+        }
+    }
+}

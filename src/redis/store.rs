@@ -1,0 +1,81 @@
+//! [`Store`]: the Redis handles every domain module shares — the connection, the read
+//! connection, the key builder, the scripts and the slot map for grouped reads.
+//!
+//! The queue, seats and booking modules each hold an `Arc<Store>` and work through it; none
+//! reaches into another module's fields for Redis.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+use super::batch::NodeGroups;
+use super::keys::Keys;
+use super::scripts::Scripts;
+use super::{connect, connect_reads, RedisConn};
+use crate::config::RedisConfig;
+
+/// The shared Redis handles; cheap to share behind an `Arc`.
+pub struct Store {
+    conn: RedisConn,
+    reads: RedisConn,
+    keys: Keys,
+    scripts: Scripts,
+    node_groups: NodeGroups,
+}
+
+impl Store {
+    /// A store over connections already made, keys under `keys`.
+    pub fn new(conn: RedisConn, reads: RedisConn, keys: Keys) -> Self {
+        Store {
+            conn,
+            reads,
+            keys,
+            scripts: Scripts::new(),
+            node_groups: NodeGroups::new(),
+        }
+    }
+
+    /// Connects as configured (the read connection to replicas when asked for), and loads every
+    /// script on every node.
+    pub async fn connect(cfg: &RedisConfig) -> anyhow::Result<Arc<Self>> {
+        let conn = connect(cfg).await?;
+        let reads = connect_reads(cfg, &conn).await?;
+        tracing::info!(
+            cluster = conn.is_cluster(),
+            replica_reads = cfg.read_from_replicas,
+            "connected to Redis"
+        );
+        let store = Store::new(conn, reads, Keys::new(cfg.key_prefix.clone()));
+        store
+            .scripts
+            .preload(&mut store.conn())
+            .await
+            .context("loading the Lua scripts")?;
+        Ok(Arc::new(store))
+    }
+
+    /// A handle on the primaries (multiplexed: clone per request).
+    pub fn conn(&self) -> RedisConn {
+        self.conn.clone()
+    }
+
+    /// A handle for reads that may be a little stale (replicas when configured).
+    pub fn reads(&self) -> RedisConn {
+        self.reads.clone()
+    }
+
+    /// Every key format.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// The Lua scripts.
+    pub fn scripts(&self) -> &Scripts {
+        &self.scripts
+    }
+
+    /// Which primary serves which slot, for reads grouped per node.
+    pub fn node_groups(&self) -> &NodeGroups {
+        &self.node_groups
+    }
+}
