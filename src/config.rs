@@ -146,6 +146,28 @@ pub struct RedisConfig {
         default_value_t = false
     )]
     pub read_from_replicas: bool,
+    /// Password for Redis AUTH (ElastiCache's AUTH token), unless the node URLs carry one.
+    #[arg(
+        id = "redis_password",
+        long = "redis-password",
+        env = "WAITROOM_REDIS_PASSWORD"
+    )]
+    pub password: Option<Secret>,
+    /// Username for Redis AUTH (ACL users; the AUTH token alone needs none).
+    #[arg(
+        id = "redis_username",
+        long = "redis-username",
+        env = "WAITROOM_REDIS_USERNAME"
+    )]
+    pub username: Option<String>,
+    /// A PEM file of the certificate authority that signed the Redis nodes' certificates, for
+    /// `rediss://` nodes whose CA is not in the system's trust store.
+    #[arg(
+        id = "redis_ca_file",
+        long = "redis-ca-file",
+        env = "WAITROOM_REDIS_CA_FILE"
+    )]
+    pub ca_file: Option<std::path::PathBuf>,
     /// Operations per second one Redis node is taken to sustain: dashboards and alerts draw the
     /// 70 % line from it (measure it for your node type; docs/benchmarks.md has this machine's).
     #[arg(
@@ -202,6 +224,33 @@ pub struct KafkaConfig {
     /// Do not run the ledger consumer inside `serve` (run `waitroom ledger` separately).
     #[arg(long, env = "WAITROOM_NO_LEDGER", default_value_t = false)]
     pub no_ledger: bool,
+    /// `plaintext`, `ssl` or `sasl_ssl` (MSK with SCRAM: `sasl_ssl`).
+    #[arg(
+        long = "kafka-security-protocol",
+        env = "WAITROOM_KAFKA_SECURITY_PROTOCOL",
+        default_value = "plaintext"
+    )]
+    pub security_protocol: String,
+    /// SASL mechanism with `sasl_ssl` (MSK: `SCRAM-SHA-512`).
+    #[arg(
+        long = "kafka-sasl-mechanism",
+        env = "WAITROOM_KAFKA_SASL_MECHANISM",
+        default_value = "SCRAM-SHA-512"
+    )]
+    pub sasl_mechanism: String,
+    /// SASL username.
+    #[arg(long = "kafka-sasl-username", env = "WAITROOM_KAFKA_SASL_USERNAME")]
+    pub sasl_username: Option<String>,
+    /// SASL password.
+    #[arg(long = "kafka-sasl-password", env = "WAITROOM_KAFKA_SASL_PASSWORD")]
+    pub sasl_password: Option<Secret>,
+    /// A PEM file of the certificate authority of the brokers, when not in the trust store.
+    #[arg(
+        id = "kafka_ca_file",
+        long = "kafka-ca-file",
+        env = "WAITROOM_KAFKA_CA_FILE"
+    )]
+    pub ca_file: Option<std::path::PathBuf>,
     /// How long to wait for Kafka to acknowledge a booking before answering 503, ms.
     #[arg(
         long = "kafka-ack-timeout-ms",
@@ -234,6 +283,29 @@ pub struct AdmissionConfig {
     /// Do not run the admission scheduler in this process (serve HTTP only).
     #[arg(long, env = "WAITROOM_NO_ADMISSION", default_value_t = false)]
     pub no_admission: bool,
+}
+
+impl KafkaConfig {
+    /// A librdkafka configuration with the brokers and the security settings; every Kafka
+    /// client of the service (producer, consumer, admin, readiness probe) starts from it.
+    pub fn client(&self) -> rdkafka::ClientConfig {
+        let mut c = rdkafka::ClientConfig::new();
+        c.set("bootstrap.servers", &self.brokers);
+        c.set("security.protocol", &self.security_protocol);
+        if self.security_protocol.starts_with("sasl") {
+            c.set("sasl.mechanism", &self.sasl_mechanism);
+            if let Some(user) = &self.sasl_username {
+                c.set("sasl.username", user);
+            }
+            if let Some(pass) = &self.sasl_password {
+                c.set("sasl.password", pass.expose());
+            }
+        }
+        if let Some(ca) = &self.ca_file {
+            c.set("ssl.ca.location", ca.to_string_lossy());
+        }
+        c
+    }
 }
 
 impl Config {

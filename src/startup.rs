@@ -14,7 +14,6 @@ use std::time::Duration;
 use anyhow::Context as _;
 use backon::{ExponentialBuilder, Retryable as _};
 use rdkafka::producer::BaseProducer;
-use rdkafka::ClientConfig;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
@@ -100,8 +99,9 @@ impl Application {
             .await
             .with_context(|| format!("binding {}", config.http.addr))?;
         let services = Services::connect(&config, &token_secret).await?;
-        let kafka: BaseProducer = ClientConfig::new()
-            .set("bootstrap.servers", &config.kafka.brokers)
+        let kafka: BaseProducer = config
+            .kafka
+            .client()
             .set("socket.timeout.ms", "2000")
             .create()
             .context("creating the Kafka client")?;
@@ -161,8 +161,7 @@ impl Application {
         )));
         background.push(tokio::spawn(crate::redis::nodes::watch(
             self.state.queue.store().conn(),
-            self.config.redis.nodes.first().cloned().unwrap_or_default(),
-            self.config.redis.node_ops_capacity,
+            self.config.redis.clone(),
             shutdown.clone(),
         )));
         if !self.config.admission.no_admission {

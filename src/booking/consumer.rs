@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use backon::{ExponentialBuilder, Retryable as _};
 use rdkafka::consumer::{CommitMode, Consumer as _, StreamConsumer};
-use rdkafka::{ClientConfig, Message as _, Offset, TopicPartitionList};
+use rdkafka::{Message as _, Offset, TopicPartitionList};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -48,8 +48,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let db = bookings.db().clone();
     let consumer: Arc<StreamConsumer> = Arc::new(
-        ClientConfig::new()
-            .set("bootstrap.servers", &cfg.brokers)
+        cfg.client()
             .set("group.id", &cfg.group)
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest")

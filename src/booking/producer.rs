@@ -7,7 +7,6 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::ClientConfig;
 
 use super::{BookingError, BookingMessage};
 use crate::config::KafkaConfig;
@@ -26,8 +25,8 @@ pub struct BookingProducer {
 impl BookingProducer {
     /// A producer with `acks=all` and idempotence on (no duplicates or reordering on retry).
     pub fn new(cfg: &KafkaConfig) -> anyhow::Result<Self> {
-        let producer: FutureProducer = ClientConfig::new()
-            .set("bootstrap.servers", &cfg.brokers)
+        let producer: FutureProducer = cfg
+            .client()
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("linger.ms", "1")
@@ -57,8 +56,8 @@ impl BookingProducer {
 
 /// Creates the bookings topic when it does not exist yet.
 pub async fn ensure_topic(cfg: &KafkaConfig) -> anyhow::Result<()> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &cfg.brokers)
+    let admin: AdminClient<DefaultClientContext> = cfg
+        .client()
         .create()
         .context("creating the Kafka admin client")?;
     let topic = NewTopic::new(&cfg.topic, PARTITIONS, TopicReplication::Fixed(1));

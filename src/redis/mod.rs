@@ -24,7 +24,9 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_read_routing::RandomReplicaStrategy;
-use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
+use redis::{
+    Cmd, IntoConnectionInfo as _, Pipeline, RedisError, RedisFuture, TlsCertificates, Value,
+};
 
 use crate::config::{RedisConfig, RedisMode};
 
@@ -72,6 +74,40 @@ impl RedisConn {
     }
 }
 
+/// A client for one node at `url` with the configured AUTH credentials and, for `rediss://`,
+/// the configured certificate authority.
+pub fn client(url: &str, cfg: &RedisConfig) -> anyhow::Result<redis::Client> {
+    let mut info = url
+        .into_connection_info()
+        .context("parsing the Redis URL")?;
+    let mut auth = info.redis_settings().clone();
+    if let Some(user) = &cfg.username {
+        auth = auth.set_username(user);
+    }
+    if let Some(pass) = &cfg.password {
+        auth = auth.set_password(pass.expose());
+    }
+    info = info.set_redis_settings(auth);
+    match tls_certificates(cfg)? {
+        Some(certs) => redis::Client::build_with_tls(info, certs),
+        None => redis::Client::open(info),
+    }
+    .context("making the Redis client")
+}
+
+/// The configured CA for TLS, read from its file.
+fn tls_certificates(cfg: &RedisConfig) -> anyhow::Result<Option<TlsCertificates>> {
+    let Some(path) = &cfg.ca_file else {
+        return Ok(None);
+    };
+    let pem = std::fs::read(path)
+        .with_context(|| format!("reading WAITROOM_REDIS_CA_FILE {}", path.display()))?;
+    Ok(Some(TlsCertificates {
+        client_tls: None,
+        root_cert: Some(pem),
+    }))
+}
+
 /// Connects to the configured deployment, detecting cluster mode when asked to. Every command
 /// goes to the primary of its slot.
 pub async fn connect(cfg: &RedisConfig) -> anyhow::Result<RedisConn> {
@@ -101,7 +137,7 @@ async fn connect_with(cfg: &RedisConfig, replica_reads: bool) -> anyhow::Result<
     let cluster = match cfg.mode {
         RedisMode::Cluster => true,
         RedisMode::Standalone => false,
-        RedisMode::Auto => detect_cluster(&cfg.nodes, connect_timeout).await?,
+        RedisMode::Auto => detect_cluster(cfg, connect_timeout).await?,
     };
     // Bound the whole set-up: an async connect can hang (shared/INFRA.md).
     let setup = async {
@@ -115,6 +151,15 @@ async fn connect_with(cfg: &RedisConfig, replica_reads: bool) -> anyhow::Result<
             if replica_reads {
                 builder = builder.read_routing_strategy(RandomReplicaStrategy);
             }
+            if let Some(user) = &cfg.username {
+                builder = builder.username(user);
+            }
+            if let Some(pass) = &cfg.password {
+                builder = builder.password(pass.expose());
+            }
+            if let Some(certs) = tls_certificates(cfg)? {
+                builder = builder.certs(certs);
+            }
             let client = builder
                 .build()
                 .context("building the Redis Cluster client")?;
@@ -124,7 +169,7 @@ async fn connect_with(cfg: &RedisConfig, replica_reads: bool) -> anyhow::Result<
                 .context("connecting to the Redis Cluster")?;
             anyhow::Ok(RedisConn::Cluster(conn))
         } else {
-            let client = redis::Client::open(first.as_str()).context("parsing the Redis URL")?;
+            let client = client(&first, cfg)?;
             let mcfg = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(connect_timeout))
                 .set_response_timeout(Some(response_timeout))
@@ -144,10 +189,10 @@ async fn connect_with(cfg: &RedisConfig, replica_reads: bool) -> anyhow::Result<
 
 /// Asks the seed nodes, in turn, whether they run in cluster mode (`INFO cluster`): the first
 /// that answers decides, so one seed being down does not stop the service from starting.
-async fn detect_cluster(urls: &[String], timeout: Duration) -> anyhow::Result<bool> {
+async fn detect_cluster(cfg: &RedisConfig, timeout: Duration) -> anyhow::Result<bool> {
     let mut failures = Vec::new();
-    for url in urls {
-        match ask_cluster_mode(url, timeout).await {
+    for url in &cfg.nodes {
+        match ask_cluster_mode(url, cfg, timeout).await {
             Ok(cluster) => return Ok(cluster),
             Err(e) => failures.push(format!("{e:#}")),
         }
@@ -155,8 +200,8 @@ async fn detect_cluster(urls: &[String], timeout: Duration) -> anyhow::Result<bo
     anyhow::bail!("no Redis seed answered: {}", failures.join("; "))
 }
 
-async fn ask_cluster_mode(url: &str, timeout: Duration) -> anyhow::Result<bool> {
-    let client = redis::Client::open(url).context("parsing the Redis URL")?;
+async fn ask_cluster_mode(url: &str, cfg: &RedisConfig, timeout: Duration) -> anyhow::Result<bool> {
+    let client = client(url, cfg)?;
     let probe = async {
         let mut conn = client.get_multiplexed_async_connection().await?;
         let info: String = redis::cmd("INFO")
@@ -165,10 +210,25 @@ async fn ask_cluster_mode(url: &str, timeout: Duration) -> anyhow::Result<bool> 
             .await?;
         Ok::<_, RedisError>(info.contains("cluster_enabled:1"))
     };
+    let shown = redact(url);
     tokio::time::timeout(timeout * 5, probe)
         .await
-        .with_context(|| format!("no answer from Redis at {url}"))?
-        .with_context(|| format!("asking {url} for its cluster mode"))
+        .with_context(|| format!("no answer from Redis at {shown}"))?
+        .with_context(|| format!("asking {shown} for its cluster mode"))
+}
+
+/// A Redis URL fit for a log or an error message: any password in it replaced by `***`.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or("", |(u, _)| u);
+            format!("{scheme}://{user}:***@{host}")
+        }
+        None => url.to_owned(),
+    }
 }
 
 /// The slot ranges served by each primary, from `CLUSTER SLOTS`; empty for one non-cluster Redis.
@@ -200,6 +260,21 @@ pub async fn primaries(conn: &mut RedisConn) -> Result<Vec<Vec<(u16, u16)>>, Red
     // A stable order, so every instance would choose the same placement.
     by_primary.sort_by_key(|(_, ranges)| ranges.iter().map(|r| r.0).min());
     Ok(by_primary.into_iter().map(|(_, r)| r).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn redacted_urls_keep_no_password() {
+        assert_eq!(
+            redact("rediss://:s3cret@10.0.0.1:6379"),
+            "rediss://:***@10.0.0.1:6379"
+        );
+        assert_eq!(redact("redis://app:s3cret@h:1/0"), "redis://app:***@h:1/0");
+        assert_eq!(redact("redis://127.0.0.1:7000"), "redis://127.0.0.1:7000");
+    }
 }
 
 /// How a Redis failure should be answered.

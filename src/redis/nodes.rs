@@ -14,6 +14,7 @@ use redis::aio::MultiplexedConnection;
 use tokio_util::sync::CancellationToken;
 
 use super::RedisConn;
+use crate::config::RedisConfig;
 use crate::telemetry::{self, redis_node as m};
 
 /// How often the nodes are read.
@@ -112,13 +113,14 @@ impl NodeInfo {
 }
 
 /// Reads every node every [`INTERVAL`] until `shutdown`, exporting the figures.
-pub async fn watch(conn: RedisConn, seed: String, ops_capacity: f64, shutdown: CancellationToken) {
-    metrics::gauge!(telemetry::REDIS_NODE_OPS_CAPACITY).set(ops_capacity);
+pub async fn watch(conn: RedisConn, cfg: RedisConfig, shutdown: CancellationToken) {
+    metrics::gauge!(telemetry::REDIS_NODE_OPS_CAPACITY).set(cfg.node_ops_capacity);
+    let seed = cfg.nodes.first().cloned().unwrap_or_default();
     let mut conns: HashMap<String, MultiplexedConnection> = HashMap::new();
     loop {
         let addrs = node_addrs(&mut conn.clone(), &seed).await;
         for addr in &addrs {
-            let up = match read_node(&mut conns, &seed, addr).await {
+            let up = match read_node(&mut conns, &cfg, &seed, addr).await {
                 Ok((info, slowlog)) => {
                     export(addr, &info, slowlog);
                     1.0
@@ -142,12 +144,13 @@ pub async fn watch(conn: RedisConn, seed: String, ops_capacity: f64, shutdown: C
 /// `INFO` and `SLOWLOG LEN` of one node, over its own connection (made on first use).
 async fn read_node(
     conns: &mut HashMap<String, MultiplexedConnection>,
+    cfg: &RedisConfig,
     seed: &str,
     addr: &str,
 ) -> anyhow::Result<(NodeInfo, u64)> {
     let read = async {
         if !conns.contains_key(addr) {
-            let client = redis::Client::open(url_for(seed, addr))?;
+            let client = super::client(&url_for(seed, addr), cfg)?;
             conns.insert(
                 addr.to_owned(),
                 client.get_multiplexed_async_connection().await?,

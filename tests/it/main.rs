@@ -13,3 +13,4 @@ mod reads;
 mod seats;
 mod standalone;
 mod strategies;
+mod tls;
