@@ -65,6 +65,14 @@ pub const ADMISSION_LAST_TICK: &str = "waitroom_admission_last_tick_timestamp_se
 pub const EFFECTIVE_STRATEGY: &str = "waitroom_effective_strategy";
 /// The event's error budget for estimated positions (its `hybrid_max_error`), by `event`.
 pub const POSITION_ERROR_BUDGET: &str = "waitroom_position_error_budget";
+/// 1 while the event admits (open, not sold out, a rate above 0), by `event`; set by every
+/// instance's event task, leader or not, so a paused event never looks stalled.
+pub const ADMISSION_ENABLED: &str = "waitroom_admission_enabled";
+/// The event's `active_capacity`, by `event` (set by the leader).
+pub const ACTIVE_CAPACITY: &str = "waitroom_active_capacity";
+/// The leader's moving average of |shown − exact| / exact for estimated positions, by `event`
+/// (what `hybrid` compares with `hybrid_max_error`).
+pub const POSITION_RELATIVE_ERROR: &str = "waitroom_position_relative_error";
 /// Enters answered by this instance, by `event`.
 pub const QUEUE_ENTERED: &str = "waitroom_queue_entered_total";
 /// Polls answered by this instance, by `event`.
@@ -107,6 +115,14 @@ pub mod redis_node {
     pub const SLOWLOG_LENGTH: &str = "redis_slowlog_length";
     /// Keys per database, label `db`.
     pub const DB_KEYS: &str = "redis_db_keys";
+}
+
+/// Registers the counters that count rare events at 0, so dashboards and alerts have a series
+/// to watch before the first one happens.
+pub fn register_counters() {
+    for name in [REDIS_UNAVAILABLE, WRONGTYPE_REPAIRS, LEDGER_DEAD_LETTERS] {
+        metrics::counter!(name).increment(0);
+    }
 }
 
 /// Sets up the log subscriber (`RUST_LOG`, default `info`); safe to call more than once.
@@ -155,6 +171,7 @@ pub fn metrics_handle() -> PrometheusHandle {
             // Another recorder may already be set (a test harness); ours then renders nothing,
             // which tests of /metrics would notice.
             let _ = metrics::set_global_recorder(recorder);
+            register_counters();
             handle
         })
         .clone()

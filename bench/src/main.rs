@@ -24,7 +24,7 @@ enum Command {
     /// Measure confirmed seats per second into PostgreSQL through Kafka (docs/benchmarks.md).
     LedgerBench(Box<waitroom_bench::ledger::LedgerBenchArgs>),
     /// Measure each ordering strategy's position error and Redis cost (docs/ordering.md).
-    OrderingBench(waitroom_bench::ordering::OrderingBenchArgs),
+    OrderingBench(Box<waitroom_bench::ordering::OrderingBenchArgs>),
     /// Picks per second of the admission's K-way merge at 8 and 64 shards.
     Merge(waitroom_bench::merge::MergeArgs),
 }
@@ -35,7 +35,7 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Loadgen(args) => waitroom_bench::loadgen::run(*args).await.map(|_| ()),
         Command::LedgerBench(args) => waitroom_bench::ledger::run(*args).await.map(|_| ()),
-        Command::OrderingBench(args) => waitroom_bench::ordering::run(args).await.map(|_| ()),
+        Command::OrderingBench(args) => waitroom_bench::ordering::run(*args).await.map(|_| ()),
         Command::Merge(args) => {
             waitroom_bench::merge::run(&args);
             Ok(())

@@ -195,6 +195,9 @@ impl EventAdmission {
     }
 
     async fn run(mut self, shutdown: CancellationToken) {
+        // Exported at 0 from the start, so an alert on its increase has a series to watch.
+        metrics::counter!(telemetry::ADMISSION_ERRORS, "event" => self.event.to_string())
+            .increment(0);
         let tick = Duration::from_millis(self.cfg.tick_ms.max(10));
         let mut leading = false;
         loop {
@@ -213,6 +216,10 @@ impl EventAdmission {
                     continue;
                 }
             };
+            let enabled =
+                cfg.state == EventState::Open && !self.sold_out && cfg.admit_per_second > 0.0;
+            metrics::gauge!(telemetry::ADMISSION_ENABLED, "event" => self.event.to_string())
+                .set(if enabled { 1.0 } else { 0.0 });
             if cfg.state != EventState::Open {
                 if leading {
                     self.release().await;
@@ -526,7 +533,13 @@ impl EventAdmission {
             metrics::gauge!(telemetry::EFFECTIVE_STRATEGY, "event" => ev.clone(), "strategy" => kind.as_str())
                 .set(if kind == effective { 1.0 } else { 0.0 });
         }
-        metrics::gauge!(telemetry::POSITION_ERROR_BUDGET, "event" => ev).set(cfg.hybrid_max_error);
+        metrics::gauge!(telemetry::POSITION_ERROR_BUDGET, "event" => ev.clone())
+            .set(cfg.hybrid_max_error);
+        metrics::gauge!(telemetry::ACTIVE_CAPACITY, "event" => ev.clone())
+            .set(cfg.active_capacity as f64);
+        if let Some(error) = self.estimate_error {
+            metrics::gauge!(telemetry::POSITION_RELATIVE_ERROR, "event" => ev).set(error);
+        }
     }
 
     /// Publishes, every tick, what `global_counter` positions need: how many wait from before the

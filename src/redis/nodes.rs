@@ -187,11 +187,25 @@ fn export(addr: &str, info: &NodeInfo, slowlog: u64) {
     }
     let role = info.text("role").unwrap_or("unknown").to_owned();
     if role == "slave" {
-        gauge(m::SLAVE_REPL_OFFSET, "slave_repl_offset");
+        // redis_exporter labels a replica's link by its primary: `master_host`, `master_port`.
+        let (host, port) = (
+            info.text("master_host").unwrap_or("").to_owned(),
+            info.text("master_port").unwrap_or("").to_owned(),
+        );
+        if let Some(v) = info.number("slave_repl_offset") {
+            metrics::gauge!(m::SLAVE_REPL_OFFSET, "addr" => a.clone(), "master_host" => host.clone(), "master_port" => port.clone())
+                .set(v);
+        }
         let up = info.text("master_link_status") == Some("up");
-        metrics::gauge!(m::MASTER_LINK_UP, "addr" => a.clone()).set(if up { 1.0 } else { 0.0 });
+        metrics::gauge!(m::MASTER_LINK_UP, "addr" => a.clone(), "master_host" => host, "master_port" => port)
+            .set(if up { 1.0 } else { 0.0 });
     }
     let version = info.text("redis_version").unwrap_or("").to_owned();
+    // A node that changed role (a promoted replica) keeps one `== 1` series: the other is 0.
+    for other in ["master", "slave"].into_iter().filter(|r| *r != role) {
+        metrics::gauge!(m::INSTANCE_INFO, "addr" => a.clone(), "role" => other, "redis_version" => version.clone())
+            .set(0.0);
+    }
     metrics::gauge!(m::INSTANCE_INFO, "addr" => a.clone(), "role" => role, "redis_version" => version)
         .set(1.0);
     metrics::gauge!(m::SLOWLOG_LENGTH, "addr" => a.clone()).set(slowlog as f64);
