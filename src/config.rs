@@ -36,6 +36,9 @@ pub enum Command {
     Reconcile(Box<ReconcileArgs>),
     /// Apply the database migrations and exit.
     Migrate(DbConfig),
+    /// Operate a running service over its admin API (list, show, put, pause, open, close,
+    /// strategy).
+    Admin(Box<crate::admin_cli::AdminArgs>),
     /// Exit 0 when the service at URL answers /healthz.
     Healthcheck {
         /// Base URL of the service.

@@ -3,6 +3,7 @@
 //! ## Layout
 //! Modules form a tree: each uses only those below it (docs/architecture.md draws it).
 //! - [`config`]: flags and `WAITROOM_*` variables; subcommands.
+//! - [`admin_cli`]: `waitroom admin`, the operators' command line over the admin API.
 //! - [`startup`]: `Services` (the domain services, wired once), `Application::build` /
 //!   `run_until_stopped`, migrations and topic creation in the background, signal handling.
 //! - [`http`]: the router, one module per area (`queue`, `seats`, `admin`, `ops`), `ApiError`.
@@ -21,6 +22,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admin_cli;
 pub mod auth;
 pub mod booking;
 pub mod config;

@@ -37,6 +37,7 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Healthcheck { url } => healthcheck(&url).await,
+        Command::Admin(args) => waitroom::admin_cli::run(*args).await,
         Command::Ledger(config) => {
             let (_, secret) = config.secrets()?;
             let services = Services::connect(&config, &secret).await?;

@@ -6,6 +6,7 @@
 pub mod admin;
 pub mod error;
 pub mod ops;
+pub mod pages;
 pub mod queue;
 pub mod seats;
 
@@ -92,6 +93,7 @@ pub fn router(state: AppState, timeout: Duration) -> Router {
         .merge(admin::router())
         .merge(seats::router())
         .merge(ops::router())
+        .merge(pages::router())
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(TimeoutLayer::with_status_code(

@@ -5,15 +5,17 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
+use serde_json::{json, Value};
 
 use super::{ApiError, ApiJson, AppState};
 use crate::booking::BookingOut;
-use crate::ids::ShowId;
+use crate::ids::{EventId, ShowId};
 use crate::seats::{HoldOut, HoldRequest, SeatMap};
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
     Router::new()
+        .route("/v1/events/{event}/shows", get(get_event_shows))
         .route("/v1/shows/{show}/seats", get(get_seats))
         .route("/v1/shows/{show}/holds", post(create_hold))
         .route("/v1/shows/{show}/holds/{hold_id}", delete(release_hold))
@@ -27,6 +29,18 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
+}
+
+#[tracing::instrument(skip_all, fields(event = %event))]
+async fn get_event_shows(
+    State(state): State<AppState>,
+    Path(event): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let event = EventId::parse(&event)?;
+    // An unknown event is a 404, not an empty list.
+    state.queue.event(&event).await?;
+    let shows = state.seats.event_shows(&event).await?;
+    Ok(Json(json!({"event": event.as_str(), "shows": shows})))
 }
 
 #[tracing::instrument(skip_all, fields(show = %show))]

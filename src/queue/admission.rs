@@ -652,6 +652,12 @@ impl EventAdmission {
                     (stats::RATE, rate.to_string()),
                     (stats::WAITING, waiting.to_string()),
                     (stats::HYBRID_MODE, self.hybrid_mode.to_string()),
+                    (
+                        stats::POSITION_ERROR,
+                        self.estimate_error
+                            .map(|e| e.to_string())
+                            .unwrap_or_default(),
+                    ),
                 ],
             )
             .await?;

@@ -114,6 +114,9 @@ pub struct EventStats {
     pub admission_leader: Option<String>,
     /// Admissions per second measured by the leader.
     pub measured_admit_per_second: Option<f64>,
+    /// The leader's moving average of the estimated positions' relative error (sampled; none
+    /// under `timestamp`, which is exact).
+    pub measured_position_error: Option<f64>,
 }
 
 /// Waiting count of one shard.
@@ -652,11 +655,12 @@ impl Queue {
         });
         let shards = try_join_all(per_shard).await?;
         let mut conn = self.store.conn();
-        let (leader, (rate, mode)): (Option<String>, (Option<f64>, Option<String>)) = redis::pipe()
+        type Figures = (Option<f64>, Option<String>, Option<String>);
+        let (leader, (rate, mode, error)): (Option<String>, Figures) = redis::pipe()
             .get(self.store.keys().lease(event.as_str()))
             .hmget(
                 self.store.keys().event_stats(event.as_str()),
-                &[stats::RATE, stats::HYBRID_MODE],
+                &[stats::RATE, stats::HYBRID_MODE, stats::POSITION_ERROR],
             )
             .query_async(&mut conn)
             .await?;
@@ -681,6 +685,7 @@ impl Queue {
             effective_strategy: effective,
             admission_leader: leader,
             measured_admit_per_second: rate,
+            measured_position_error: error.and_then(|e| e.parse().ok()),
         })
     }
 

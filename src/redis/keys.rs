@@ -37,6 +37,8 @@ pub mod stats {
     pub const WAITING: &str = "waiting";
     /// The strategy `hybrid` uses now (`timestamp` or `statistical`).
     pub const HYBRID_MODE: &str = "hybrid_mode";
+    /// The leader's moving average of the estimate's relative position error (sampled).
+    pub const POSITION_ERROR: &str = "position_error";
     /// `1` when every show of the event is sold out, else `0`.
     pub const SOLD_OUT: &str = "sold_out";
     /// The `global_counter` range the three `GC_*` figures describe (its first number).

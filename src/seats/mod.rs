@@ -110,6 +110,17 @@ pub struct ShowOut {
     pub kind: &'static str,
 }
 
+/// A show as the waiting-room page lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ShowSummary {
+    /// Show id.
+    pub show: String,
+    /// True for general admission (a quantity, no seat map).
+    pub general_admission: bool,
+    /// Seats, or places for general admission.
+    pub seats: u64,
+}
+
 /// One seat's state.
 #[derive(Debug, Clone, Serialize)]
 pub struct SeatState {
@@ -299,6 +310,36 @@ impl Seats {
             seats,
             quantity: view.general_admission.then_some(view.total),
         })
+    }
+
+    /// The shows of an event, by id, with their kind and size (for the waiting-room page).
+    pub async fn event_shows(&self, event: &EventId) -> Result<Vec<ShowSummary>, SeatError> {
+        let mut ids: Vec<String> = self
+            .store
+            .conn()
+            .smembers(self.store.keys().event_shows(event.as_str()))
+            .await?;
+        ids.sort();
+        let reads = ids.iter().map(|id| {
+            let mut conn = self.store.conn();
+            let key = self.store.keys().show(id).info;
+            async move {
+                conn.hmget::<_, _, (Option<String>, Option<u64>)>(key, &["kind", "total"])
+                    .await
+            }
+        });
+        let infos = try_join_all(reads).await?;
+        Ok(ids
+            .into_iter()
+            .zip(infos)
+            .filter_map(|(show, (kind, total))| {
+                Some(ShowSummary {
+                    show,
+                    general_admission: kind? == "ga",
+                    seats: total.unwrap_or(0),
+                })
+            })
+            .collect())
     }
 
     /// The show's event, or UnknownShow.

@@ -87,3 +87,103 @@ async fn shutdown_releases_the_admission_lease_for_the_next_instance() {
         .unwrap();
     assert!(!held, "a stopped instance gives its lease back");
 }
+
+/// Runs `waitroom admin ARGS…` against the test service, as an operator would.
+async fn admin(app: &crate::common::TestApp, args: &[&str]) -> anyhow::Result<()> {
+    use clap::Parser as _;
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        admin: waitroom::admin_cli::AdminArgs,
+    }
+    let mut argv = vec![
+        "admin",
+        "--url",
+        &app.base,
+        "--admin-token",
+        crate::common::ADMIN_TOKEN,
+    ];
+    argv.extend_from_slice(args);
+    waitroom::admin_cli::run(Cli::try_parse_from(argv)?.admin).await
+}
+
+#[tokio::test]
+async fn the_admin_command_line_creates_pauses_and_switches_an_event() {
+    let app = spawn_app().await;
+    let ev = unique("cli");
+    admin(
+        &app,
+        &["put", &ev, "--shards", "4", "--admit-per-second", "0"],
+    )
+    .await
+    .unwrap();
+    assert_eq!(app.get_event(&ev).await["config"]["shards"], 4);
+    admin(&app, &["pause", &ev]).await.unwrap();
+    assert_eq!(app.get_event(&ev).await["config"]["state"], "paused");
+    admin(&app, &["strategy", &ev, "statistical"])
+        .await
+        .unwrap();
+    assert_eq!(
+        app.get_event(&ev).await["config"]["strategy"],
+        "statistical"
+    );
+    admin(&app, &["--json", "list"]).await.unwrap();
+    admin(&app, &["show", &ev]).await.unwrap();
+    // A refused change is an error with the API's code, not a silent success.
+    let err = admin(&app, &["strategy", &ev, "fastest"])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("bad_request"), "{err}");
+    let err = admin(&app, &["show", "no-such-event"]).await.unwrap_err();
+    assert!(err.to_string().contains("not_found"), "{err}");
+}
+
+#[tokio::test]
+async fn the_event_list_and_an_events_shows_are_listed() {
+    let app = spawn_app().await;
+    let (ev, show) = (unique("list"), unique("show"));
+    app.create_event(&ev, json!({"shards": 2})).await;
+    let r = app
+        .http
+        .put(format!("{}/admin/v1/shows/{show}", app.base))
+        .bearer_auth(crate::common::ADMIN_TOKEN)
+        .json(&json!({"event": ev, "quantity": 50}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let list: Value = app
+        .http
+        .get(format!("{}/admin/v1/events", app.base))
+        .bearer_auth(crate::common::ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mine: Vec<&Value> = list["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["event"] == ev.as_str())
+        .collect();
+    assert_eq!(mine.len(), 1);
+    assert_eq!(mine[0]["config"]["shards"], 2);
+    assert_eq!(mine[0]["stats"]["waiting"], 0);
+    let unauthorized = app.get("/admin/v1/events").await;
+    assert_eq!(unauthorized.status(), StatusCode::UNAUTHORIZED);
+
+    let shows: Value = app
+        .get(&format!("/v1/events/{ev}/shows"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        shows,
+        json!({"event": ev, "shows": [{"show": show, "general_admission": true, "seats": 50}]})
+    );
+    let unknown = app.get("/v1/events/no-such-event/shows").await;
+    assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+}
