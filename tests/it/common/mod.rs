@@ -79,6 +79,8 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
         base,
         http: reqwest::Client::builder()
             .pool_max_idle_per_host(256)
+            // A hung service fails the test instead of hanging it.
+            .timeout(Duration::from_secs(30))
             .build()
             .unwrap(),
         keys: Keys::new(redis_cfg.key_prefix.clone()),
