@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-/// Development-only secrets: refused when `WAITROOM_ENV=production`.
+/// Development-only secrets: used only when `WAITROOM_ENV=development` is asked for.
 pub const DEV_ADMIN_TOKEN: &str = "dev-admin-token";
 /// Development-only token signing key.
 pub const DEV_TOKEN_SECRET: &str = "dev-token-secret-do-not-use-in-production";
@@ -61,8 +61,9 @@ pub struct ReconcileArgs {
 #[derive(Debug, Clone, Parser)]
 #[command(name = "serve")]
 pub struct Config {
-    /// `development` or `production` (production refuses the built-in dev secrets).
-    #[arg(long, env = "WAITROOM_ENV", default_value = "development")]
+    /// `development` allows the built-in development secrets; anything else, or unset, is
+    /// production, which refuses to start without configured secrets of at least 32 bytes.
+    #[arg(long, env = "WAITROOM_ENV", default_value = "production")]
     pub env: String,
     /// This instance's id in admission leases (default: `<pid>-<random uuid>`).
     #[arg(long, env = "WAITROOM_INSTANCE_ID")]
@@ -266,12 +267,43 @@ pub struct KafkaConfig {
 /// Tokens.
 #[derive(Debug, Clone, Args)]
 pub struct AuthConfig {
-    /// Bearer token for /admin (a dev value when unset; required in production).
+    /// Bearer token for /admin, at least 32 bytes (required outside development).
     #[arg(long, env = "WAITROOM_ADMIN_TOKEN")]
     pub admin_token: Option<Secret>,
-    /// Key that signs access tokens and derives tickets; all instances share it.
+    /// A file holding the admin token (for secrets mounted as files), instead of the variable.
+    #[arg(long, env = "WAITROOM_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<std::path::PathBuf>,
+    /// Key that signs access tokens and derives tickets, at least 32 bytes; all instances
+    /// share it (required outside development).
     #[arg(long, env = "WAITROOM_TOKEN_SECRET")]
     pub token_secret: Option<Secret>,
+    /// A file holding the token secret, instead of the variable.
+    #[arg(long, env = "WAITROOM_TOKEN_SECRET_FILE")]
+    pub token_secret_file: Option<std::path::PathBuf>,
+}
+
+/// Shortest secret accepted in production.
+pub const MIN_SECRET_BYTES: usize = 32;
+
+impl AuthConfig {
+    /// One secret: the variable, else the file (trailing newline trimmed), else none.
+    fn read(
+        value: &Option<Secret>,
+        file: &Option<std::path::PathBuf>,
+        name: &str,
+    ) -> anyhow::Result<Option<String>> {
+        if let Some(s) = value.as_ref().filter(|s| !s.0.is_empty()) {
+            return Ok(Some(s.0.clone()));
+        }
+        match file {
+            Some(path) => {
+                let raw = std::fs::read_to_string(path)
+                    .map_err(|e| anyhow::anyhow!("reading {name}_FILE {}: {e}", path.display()))?;
+                Ok(Some(raw.trim_end_matches(['\n', '\r']).to_owned()).filter(|s| !s.is_empty()))
+            }
+            None => Ok(None),
+        }
+    }
 }
 
 /// The admission scheduler.
@@ -312,23 +344,51 @@ impl KafkaConfig {
 }
 
 impl Config {
-    /// Resolves the secrets, refusing dev values in production.
+    /// True only when development mode was asked for explicitly (`WAITROOM_ENV=development`).
+    pub fn is_development(&self) -> bool {
+        self.env == "development"
+    }
+
+    /// Resolves the admin token and the token secret. Production (anything but
+    /// `WAITROOM_ENV=development`) fails closed: both must be configured, from the environment
+    /// or a file, at least [`MIN_SECRET_BYTES`] long, and not the development values. The
+    /// errors name the setting, never the value.
     pub fn secrets(&self) -> anyhow::Result<(String, String)> {
-        let production = self.env == "production";
-        let admin = match &self.auth.admin_token {
-            Some(s) if !s.0.is_empty() => s.0.clone(),
-            _ if production => anyhow::bail!("WAITROOM_ADMIN_TOKEN is required in production"),
-            _ => DEV_ADMIN_TOKEN.to_owned(),
-        };
-        let secret = match &self.auth.token_secret {
-            Some(s) if !s.0.is_empty() => s.0.clone(),
-            _ if production => anyhow::bail!("WAITROOM_TOKEN_SECRET is required in production"),
-            _ => DEV_TOKEN_SECRET.to_owned(),
-        };
-        if production && (admin == DEV_ADMIN_TOKEN || secret == DEV_TOKEN_SECRET) {
-            anyhow::bail!("the development secrets are refused when WAITROOM_ENV=production");
+        let a = &self.auth;
+        let admin = AuthConfig::read(&a.admin_token, &a.admin_token_file, "WAITROOM_ADMIN_TOKEN")?;
+        let secret = AuthConfig::read(
+            &a.token_secret,
+            &a.token_secret_file,
+            "WAITROOM_TOKEN_SECRET",
+        )?;
+        if self.is_development() {
+            return Ok((
+                admin.unwrap_or_else(|| DEV_ADMIN_TOKEN.to_owned()),
+                secret.unwrap_or_else(|| DEV_TOKEN_SECRET.to_owned()),
+            ));
         }
-        Ok((admin, secret))
+        let check = |value: Option<String>, name: &str, dev: &str| -> anyhow::Result<String> {
+            let v = value.ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{name} (or {name}_FILE) is required: production is the default; set \
+                     WAITROOM_ENV=development only on a developer machine"
+                )
+            })?;
+            anyhow::ensure!(
+                v != dev,
+                "{name} is the development value, refused in production"
+            );
+            anyhow::ensure!(
+                v.len() >= MIN_SECRET_BYTES,
+                "{name} is {} bytes; production needs at least {MIN_SECRET_BYTES}",
+                v.len()
+            );
+            Ok(v)
+        };
+        Ok((
+            check(admin, "WAITROOM_ADMIN_TOKEN", DEV_ADMIN_TOKEN)?,
+            check(secret, "WAITROOM_TOKEN_SECRET", DEV_TOKEN_SECRET)?,
+        ))
     }
 }
 
@@ -362,27 +422,63 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bare_serve_points_at_the_local_stack() {
+    fn bare_serve_points_at_the_local_stack_and_is_production() {
         let cfg = Config::try_parse_from(["serve"]).unwrap();
         assert_eq!(cfg.http.addr.to_string(), "127.0.0.1:8080");
         assert_eq!(cfg.redis.nodes.len(), 6);
         assert_eq!(cfg.kafka.brokers, "127.0.0.1:9092");
-        assert_eq!(cfg.secrets().unwrap().0, DEV_ADMIN_TOKEN);
+        assert_eq!(cfg.env, "production");
+    }
+
+    fn with_auth(env: &str, admin: Option<&str>, secret: Option<&str>) -> Config {
+        let mut cfg = Config::try_parse_from(["serve", "--env", env]).unwrap();
+        cfg.auth = AuthConfig {
+            admin_token: admin.map(|s| Secret(s.into())),
+            admin_token_file: None,
+            token_secret: secret.map(|s| Secret(s.into())),
+            token_secret_file: None,
+        };
+        cfg
     }
 
     #[test]
-    fn production_refuses_dev_secrets() {
-        let mut cfg = Config::try_parse_from(["serve", "--env", "production"]).unwrap();
-        cfg.auth = AuthConfig {
-            admin_token: None,
-            token_secret: None,
-        };
-        assert!(cfg.secrets().is_err());
-        cfg.auth.admin_token = Some(Secret("a".into()));
-        cfg.auth.token_secret = Some(Secret(DEV_TOKEN_SECRET.into()));
-        assert!(cfg.secrets().is_err());
-        cfg.auth.token_secret = Some(Secret("s".into()));
-        assert_eq!(cfg.secrets().unwrap(), ("a".into(), "s".into()));
+    fn production_fails_closed_without_long_secrets_and_development_must_be_asked_for() {
+        let long = "x".repeat(MIN_SECRET_BYTES);
+        let other = "y".repeat(MIN_SECRET_BYTES);
+        for env in ["production", "prod", "", "Development"] {
+            assert!(with_auth(env, None, None).secrets().is_err(), "{env:?}");
+            let short = with_auth(env, Some("short"), Some(&other)).secrets();
+            let err = short.unwrap_err().to_string();
+            assert!(err.contains("32") && !err.contains("short"), "{err}");
+            assert!(with_auth(env, Some(DEV_ADMIN_TOKEN), Some(&other))
+                .secrets()
+                .is_err());
+            assert!(with_auth(env, Some(&long), Some(DEV_TOKEN_SECRET))
+                .secrets()
+                .is_err());
+            assert_eq!(
+                with_auth(env, Some(&long), Some(&other)).secrets().unwrap(),
+                (long.clone(), other.clone())
+            );
+        }
+        assert_eq!(
+            with_auth("development", None, None).secrets().unwrap(),
+            (DEV_ADMIN_TOKEN.to_owned(), DEV_TOKEN_SECRET.to_owned())
+        );
+    }
+
+    #[test]
+    fn secrets_can_come_from_files() {
+        let dir = std::env::temp_dir().join(format!("waitroom-secrets-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (a, t) = (dir.join("admin"), dir.join("token"));
+        std::fs::write(&a, format!("{}\n", "a".repeat(40))).unwrap();
+        std::fs::write(&t, "t".repeat(33)).unwrap();
+        let mut cfg = with_auth("production", None, None);
+        cfg.auth.admin_token_file = Some(a);
+        cfg.auth.token_secret_file = Some(t);
+        assert_eq!(cfg.secrets().unwrap(), ("a".repeat(40), "t".repeat(33)));
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

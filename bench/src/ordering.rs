@@ -65,9 +65,49 @@ pub struct OrderingBenchArgs {
     /// Measure admission only (skip position errors, enter cost and replica reads).
     #[arg(long, default_value_t = false)]
     pub admission_only: bool,
+    /// Measure only the surge: per strategy, people entering in ordered batches into a fresh
+    /// event with a live admission leader, polled at once and again 3 s later.
+    #[arg(long, default_value_t = false)]
+    pub surge: bool,
+    /// People in the surge.
+    #[arg(long, default_value_t = 6000)]
+    pub surge_people: usize,
+    /// People per ordered batch of the surge (entered concurrently, batches one after another).
+    #[arg(long, default_value_t = 100)]
+    pub surge_batch: usize,
+    /// Shards of the surge's events.
+    #[arg(long, default_value_t = 16)]
+    pub surge_shards: u32,
     /// Write the report as JSON here too.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
+}
+
+/// One strategy's shown positions right after a surge (signed errors relative to the exact
+/// position; a move back is the second poll's rise over the first, relative to the first).
+#[derive(Debug, Clone, Serialize)]
+pub struct SurgeRow {
+    /// The configured strategy.
+    pub strategy: String,
+    /// The strategy that computed most first polls (differs under `hybrid`).
+    pub shown_by: String,
+    /// People who entered.
+    pub people: usize,
+    /// Shards.
+    pub shards: u32,
+    /// Median of (shown − exact) / exact over the first polls.
+    pub median_signed_error: f64,
+    /// The first poll's signed error of largest size.
+    pub worst_signed_error: f64,
+    /// 99th percentile of |shown − exact| / exact over the first polls.
+    pub p99_relative_error: f64,
+    /// Largest rise of a shown position between the first poll and the one 3 s later (with
+    /// `last=` the first), relative to the first; 0 when nobody moved back.
+    pub largest_move_back: f64,
+    /// How many moved back at all.
+    pub moved_back: usize,
+    /// Seconds the surge took to enter.
+    pub enter_seconds: f64,
 }
 
 /// One measured configuration.
@@ -171,6 +211,8 @@ pub struct Report {
     pub replica: Option<ReplicaRow>,
     /// Admission ticks.
     pub admission: Vec<AdmitRow>,
+    /// Shown positions right after a surge, per strategy (`--surge`).
+    pub surge: Vec<SurgeRow>,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -239,6 +281,32 @@ pub async fn run(args: OrderingBenchArgs) -> anyhow::Result<Report> {
         nodes,
     };
 
+    if args.surge {
+        let mut surge = Vec::new();
+        for strategy in [
+            StrategyKind::Timestamp,
+            StrategyKind::GlobalCounter,
+            StrategyKind::Statistical,
+            StrategyKind::Hybrid,
+        ] {
+            let row = bench.measure_surge(strategy, &args).await?;
+            eprintln!("surge under {strategy}: {row:?}");
+            surge.push(row);
+        }
+        let report = Report {
+            errors: Vec::new(),
+            enters: Vec::new(),
+            replica: None,
+            admission: Vec::new(),
+            surge,
+        };
+        print_report(&report);
+        if let Some(path) = &args.json {
+            std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+        return Ok(report);
+    }
     let mut errors = Vec::new();
     let error_shards: &[u32] = if args.admission_only {
         &[]
@@ -297,6 +365,7 @@ pub async fn run(args: OrderingBenchArgs) -> anyhow::Result<Report> {
         enters,
         replica,
         admission,
+        surge: Vec::new(),
     };
     print_report(&report);
     if let Some(path) = &args.json {
@@ -307,6 +376,166 @@ pub async fn run(args: OrderingBenchArgs) -> anyhow::Result<Report> {
 }
 
 impl Bench {
+    /// The surge for one strategy: a fresh open event with a live admission leader (admitting
+    /// nobody, publishing the line's figures as in production), `surge_people` entering in
+    /// ordered batches, every one polled at once, then again 3 s later with `last=`.
+    async fn measure_surge(
+        &self,
+        strategy: StrategyKind,
+        args: &OrderingBenchArgs,
+    ) -> anyhow::Result<SurgeRow> {
+        let (id, _) = self.new_event(args.surge_shards, strategy).await?;
+        let patch = EventPatch {
+            state: Some(EventState::Open),
+            hybrid_min_waiting: Some(2_000),
+            hybrid_max_error: Some(0.05),
+            ..Default::default()
+        };
+        let (cfg, _) = self.queue.put_event(&id, &patch).await?;
+        let stop = tokio_util::sync::CancellationToken::new();
+        let leader = tokio::spawn(waitroom::queue::admission::run(
+            self.queue.clone(),
+            None,
+            waitroom::config::AdmissionConfig {
+                tick_ms: 100,
+                lease_ms: 3000,
+                no_admission: false,
+            },
+            "surge-bench".into(),
+            stop.clone(),
+        ));
+        // Let the leader take the lease and publish the empty line first.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let started = Instant::now();
+        let mut tickets: Vec<Ticket> = Vec::with_capacity(args.surge_people);
+        for batch in 0..args.surge_people.div_ceil(args.surge_batch) {
+            let users: Vec<UserId> = (0..args.surge_batch)
+                .map(|i| UserId::parse(&format!("s{batch}-{i}")))
+                .collect::<Result<_, _>>()?;
+            let entered: Vec<Ticket> = stream::iter(users)
+                .map(|u| {
+                    let (q, id) = (self.queue.clone(), id.clone());
+                    async move {
+                        let s = q.enter(&id, &u).await?;
+                        anyhow::Ok(Ticket::parse(&s.ticket)?)
+                    }
+                })
+                .buffer_unordered(args.surge_batch)
+                .try_collect()
+                .await?;
+            tickets.extend(entered);
+        }
+        let enter_seconds = started.elapsed().as_secs_f64();
+        let first = self.poll_all(&id, &tickets, None).await?;
+        let exact = self.exact_in_redis(&cfg).await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let last: HashMap<String, u64> = first.iter().map(|(t, (p, _))| (t.clone(), *p)).collect();
+        let second = self.poll_all(&id, &tickets, Some(&last)).await?;
+        stop.cancel();
+        let _ = leader.await;
+
+        let mut signed: Vec<f64> = first
+            .iter()
+            .filter_map(|(t, (shown, _))| {
+                let truth = *exact.get(t)? as f64;
+                Some((*shown as f64 - truth) / truth)
+            })
+            .collect();
+        signed.sort_by(f64::total_cmp);
+        let mut by: HashMap<String, usize> = HashMap::new();
+        for (_, kind) in first.values() {
+            *by.entry(kind.clone()).or_default() += 1;
+        }
+        let moves: Vec<f64> = first
+            .iter()
+            .filter_map(|(t, (p1, _))| {
+                let (p2, _) = second.get(t)?;
+                Some((*p2 as f64 - *p1 as f64) / *p1 as f64)
+            })
+            .filter(|m| *m > 0.0)
+            .collect();
+        self.drop_event(&id, &cfg).await?;
+        Ok(SurgeRow {
+            strategy: strategy.to_string(),
+            shown_by: by
+                .into_iter()
+                .max_by_key(|(_, n)| *n)
+                .map(|(k, _)| k)
+                .unwrap_or_default(),
+            people: tickets.len(),
+            shards: cfg.shards,
+            median_signed_error: signed.get(signed.len() / 2).copied().unwrap_or(0.0),
+            worst_signed_error: signed
+                .iter()
+                .copied()
+                .max_by(|a, b| a.abs().total_cmp(&b.abs()))
+                .unwrap_or(0.0),
+            p99_relative_error: {
+                let mut abs: Vec<f64> = signed.iter().map(|e| e.abs()).collect();
+                abs.sort_by(f64::total_cmp);
+                abs.get((abs.len() * 99 / 100).min(abs.len().saturating_sub(1)))
+                    .copied()
+                    .unwrap_or(0.0)
+            },
+            largest_move_back: moves.iter().copied().fold(0.0, f64::max),
+            moved_back: moves.len(),
+            enter_seconds,
+        })
+    }
+
+    /// Polls every ticket (100 at a time), as `GET …/queue/{ticket}[?last=]` would: the shown
+    /// position and the strategy that computed it, by ticket.
+    async fn poll_all(
+        &self,
+        id: &EventId,
+        tickets: &[Ticket],
+        last: Option<&HashMap<String, u64>>,
+    ) -> anyhow::Result<HashMap<String, (u64, String)>> {
+        stream::iter(tickets.iter().copied())
+            .map(|t| {
+                let (q, id) = (self.queue.clone(), id.clone());
+                let before = last.and_then(|l| l.get(&t.to_string()).copied());
+                async move {
+                    let s = q.poll_since(&id, &t, before).await?;
+                    let shown = s.position.context("a surge poll found nobody waiting")?;
+                    let by = s.strategy.map(|k| k.to_string()).unwrap_or_default();
+                    anyhow::Ok((t.to_string(), (shown, by)))
+                }
+            })
+            .buffer_unordered(100)
+            .try_collect()
+            .await
+    }
+
+    /// Every waiting ticket's exact 1-based position, read from the shards.
+    async fn exact_in_redis(&self, cfg: &EventConfig) -> anyhow::Result<HashMap<String, u64>> {
+        let mut keyed: Vec<OrderKey> = Vec::new();
+        for shard in 0..cfg.shards as usize {
+            let members: Vec<(String, f64)> = self
+                .queue
+                .store()
+                .conn()
+                .zrange_withscores(self.queue.shard_keys(cfg, shard).waiting, 0, -1)
+                .await?;
+            keyed.extend(members.into_iter().map(|(m, score)| OrderKey {
+                score,
+                shard,
+                member: m,
+            }));
+        }
+        keyed.sort();
+        Ok(keyed
+            .into_iter()
+            .enumerate()
+            .map(|(i, k)| {
+                let ticket = Ticket::parse(&k.member)
+                    .map(|t| t.to_string())
+                    .unwrap_or(k.member);
+                (ticket, i as u64 + 1)
+            })
+            .collect())
+    }
+
     async fn new_event(
         &self,
         shards: u32,
@@ -989,6 +1218,37 @@ async fn nodes(conn: &RedisConn, cfg: &RedisConfig) -> anyhow::Result<Vec<Node>>
 }
 
 fn print_report(r: &Report) {
+    if !r.surge.is_empty() {
+        print_surge(r);
+        return;
+    }
+    print_tables(r);
+}
+
+fn print_surge(r: &Report) {
+    {
+        println!("\nRight after a surge: first polls and a poll 3 s later (signed = shown − exact, relative)\n");
+        println!("| strategy | shown by | people | shards | median signed error | p99 |error| | worst | largest move back | moved back | enter time |");
+        println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for s in &r.surge {
+            println!(
+                "| {} | {} | {} | {} | {:+.2} % | {:.2} % | {:+.2} % | {:.2} % | {} | {:.1} s |",
+                s.strategy,
+                s.shown_by,
+                s.people,
+                s.shards,
+                s.median_signed_error * 100.0,
+                s.p99_relative_error * 100.0,
+                s.worst_signed_error * 100.0,
+                s.largest_move_back * 100.0,
+                s.moved_back,
+                s.enter_seconds
+            );
+        }
+    }
+}
+
+fn print_tables(r: &Report) {
     println!("\nPosition error (|shown - exact|, in places)\n");
     println!("| waiting | shards | arrivals | left | strategy | median | p99 | max | p99 relative | commands/poll |");
     println!("|---:|---:|---|---:|---|---:|---:|---:|---:|---:|");

@@ -108,6 +108,10 @@ struct EventAdmission {
     counter_figures: Option<(u64, u64)>,
     /// The overload guard's state at the last tick (to log its changes).
     abandonment_suspended: bool,
+    /// The line's figures this leader published lately: (when, total, per shard).
+    published: VecDeque<(Instant, u64, Vec<u64>)>,
+    /// The mean relative error of the last report's samples (the moving average lags a surge).
+    last_sample_error: Option<f64>,
     /// Multiplier of the heads read per shard (see [`heads_per_shard`]); doubled when a short
     /// prefix cut a tick short, back down by one per tick that was not.
     head_factor: usize,
@@ -159,6 +163,9 @@ fn counting(cfg: &EventConfig) -> bool {
     cfg.strategy == StrategyKind::GlobalCounter && cfg.counter_start > 0
 }
 
+/// How long published line figures are kept for judging the estimate.
+const PUBLISHED_KEPT: Duration = Duration::from_secs(3);
+
 /// Window over which the admission rate is measured for ETAs.
 const RATE_WINDOW: Duration = Duration::from_secs(10);
 
@@ -190,6 +197,8 @@ impl EventAdmission {
             hybrid_mode: StrategyKind::Timestamp,
             counter_figures: None,
             head_factor: HEAD_FACTOR_MIN,
+            published: VecDeque::new(),
+            last_sample_error: None,
             abandonment_suspended: false,
         }
     }
@@ -307,6 +316,7 @@ impl EventAdmission {
         self.shard_waiting = shards.iter().map(|s| s.waiting).collect();
         let abandoned_read: u64 = shards.iter().map(|s| s.abandoned).sum();
         let picks = self.pick(cfg, shards, take, waiting as usize);
+        let picked: Vec<usize> = picks.iter().map(|p| p.shard).collect();
         // The lease check, one read per shard, the counter figures, one move per shard picked.
         let commands = 1 + u64::from(cfg.shards) + u64::from(counting(cfg)) + picks.len() as u64;
         // While the guard holds, nobody is taken for gone in this tick (lua/shard_heads.lua).
@@ -321,6 +331,11 @@ impl EventAdmission {
         let admitted: usize = moved.iter().map(|m| m.members.len()).sum();
         let abandoned = abandoned_read + moved.iter().map(|m| m.abandoned).sum::<u64>();
         self.tokens -= admitted as f64;
+        for (shard, m) in picked.iter().zip(&moved) {
+            let w = &mut self.shard_waiting[*shard];
+            *w = w.saturating_sub(m.members.len() as u64 + m.abandoned);
+        }
+        self.publish_line().await?;
         self.record(
             suspended,
             abandoned,
@@ -331,6 +346,54 @@ impl EventAdmission {
         );
         self.report(cfg, admitted as u64).await?;
         Ok(admitted)
+    }
+
+    /// Publishes the line's size and its size per shard after this tick's moves, every tick:
+    /// `statistical` polls correct these by their own shard's change since (see
+    /// `statistical::live_total`), and the error samples judge the estimate on figures as old
+    /// as the ones polls see.
+    async fn publish_line(&mut self) -> Result<(), QueueError> {
+        let total: u64 = self.shard_waiting.iter().sum();
+        let list = self
+            .shard_waiting
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let store = self.queue.store();
+        let () = store
+            .conn()
+            .hset_multiple(
+                store.keys().event_stats(self.event.as_str()),
+                &[
+                    (stats::WAITING, total.to_string()),
+                    (stats::SHARD_WAITING, list),
+                ],
+            )
+            .await?;
+        let now = Instant::now();
+        self.published
+            .push_back((now, total, self.shard_waiting.clone()));
+        while self
+            .published
+            .front()
+            .is_some_and(|(t, ..)| now - *t > PUBLISHED_KEPT)
+        {
+            self.published.pop_front();
+        }
+        Ok(())
+    }
+
+    /// The figures a poll sees now: published at least one event-cache lifetime ago (an
+    /// instance may hold them that long), else the oldest kept.
+    fn figures_as_polls_see_them(&self) -> Option<(u64, &[u64])> {
+        let now = Instant::now();
+        self.published
+            .iter()
+            .rev()
+            .find(|(t, ..)| now - *t >= super::event::CACHE_TTL)
+            .or(self.published.front())
+            .map(|(_, total, shards)| (*total, shards.as_slice()))
     }
 
     /// Refills the token bucket for the time since the last tick (at most one tick's worth plus
@@ -537,9 +600,9 @@ impl EventAdmission {
             .set(cfg.hybrid_max_error);
         metrics::gauge!(telemetry::ACTIVE_CAPACITY, "event" => ev.clone())
             .set(cfg.active_capacity as f64);
-        if let Some(error) = self.estimate_error {
-            metrics::gauge!(telemetry::POSITION_RELATIVE_ERROR, "event" => ev).set(error);
-        }
+        // 0 while nothing is estimated (exact strategies show exact positions).
+        metrics::gauge!(telemetry::POSITION_RELATIVE_ERROR, "event" => ev)
+            .set(self.estimate_error.unwrap_or(0.0));
     }
 
     /// Publishes, every tick, what `global_counter` positions need: how many wait from before the
@@ -606,6 +669,14 @@ impl EventAdmission {
         if cfg.strategy != StrategyKind::Timestamp {
             self.sample_error(cfg).await?;
         }
+        // An event switched to an exact strategy keeps no estimate error from before.
+        if !matches!(
+            cfg.strategy,
+            StrategyKind::Statistical | StrategyKind::Hybrid
+        ) {
+            self.estimate_error = None;
+            self.last_sample_error = None;
+        }
         // Lapse the shows' expired holds and keep the sold-out flag true (seats come back).
         if let Some(housekeeping) = &self.housekeeping {
             match housekeeping.sweep(&self.event).await {
@@ -624,7 +695,12 @@ impl EventAdmission {
             self.hybrid_mode,
             HybridInputs {
                 waiting,
-                relative_error: self.estimate_error,
+                // The worse of the moving average and the last samples: a surge that spoils the
+                // estimate sends hybrid back to exact within one report, not after several.
+                relative_error: match (self.estimate_error, self.last_sample_error) {
+                    (Some(avg), Some(last)) => Some(avg.max(last)),
+                    (avg, last) => avg.or(last),
+                },
                 exact_cost: cfg.shards,
             },
         );
@@ -650,7 +726,6 @@ impl EventAdmission {
                 store.keys().event_stats(self.event.as_str()),
                 &[
                     (stats::RATE, rate.to_string()),
-                    (stats::WAITING, waiting.to_string()),
                     (stats::HYBRID_MODE, self.hybrid_mode.to_string()),
                     (
                         stats::POSITION_ERROR,
@@ -671,8 +746,9 @@ impl EventAdmission {
         if total == 0 {
             return Ok(());
         }
-        let q = &self.queue;
+        let q = self.queue.clone();
         let store = q.store();
+        let mut batch = Vec::with_capacity(ERROR_SAMPLES);
         for _ in 0..ERROR_SAMPLES {
             // A shard chosen in proportion to its size, then a member uniformly: a uniform person.
             let mut pick = rand::random_range(0..total);
@@ -722,15 +798,35 @@ impl EventAdmission {
                 }
                 continue;
             }
-            let estimate = statistical::position(rank, size, total);
-            let error = estimate.abs_diff(exact);
+            // What a poll shows: the figures as cached by instances, corrected by the own
+            // shard's live size, exactly as `Queue::poll` computes it.
+            let line = match self.figures_as_polls_see_them() {
+                Some((published, per_shard)) if per_shard.len() == cfg.shards as usize => {
+                    statistical::live_total(published, per_shard[shard], size, cfg.shards)
+                }
+                _ => total,
+            };
+            let estimate = statistical::position(rank, size, line);
+            // Under `hybrid`, someone whose estimate is too wide is shown the exact position.
+            let shown = if cfg.strategy == StrategyKind::Hybrid
+                && statistical::relative_spread(estimate, line, cfg.shards) > cfg.hybrid_max_error
+            {
+                exact
+            } else {
+                estimate
+            };
+            let error = shown.abs_diff(exact);
             metrics::histogram!(telemetry::POSITION_ERROR, "strategy" => "statistical")
                 .record(error as f64);
             let relative = error as f64 / exact as f64;
+            batch.push(relative);
             self.estimate_error = Some(match self.estimate_error {
                 Some(avg) => 0.8 * avg + 0.2 * relative,
                 None => relative,
             });
+        }
+        if !batch.is_empty() {
+            self.last_sample_error = Some(batch.iter().sum::<f64>() / batch.len() as f64);
         }
         Ok(())
     }

@@ -217,8 +217,11 @@ pub struct Event {
     pub config: EventConfig,
     /// Admissions per second measured by the admission leader over the last seconds.
     pub measured_rate: Option<f64>,
-    /// People waiting, all shards, as the leader last counted them (about once a second).
+    /// People waiting, all shards, as the leader last counted them (every tick).
     pub waiting_total: Option<u64>,
+    /// People waiting per shard, as the leader counted them with `waiting_total` (empty when
+    /// not published).
+    pub shard_waiting: Vec<u64>,
     /// The strategy `hybrid` uses now, as the leader last decided.
     pub hybrid_mode: Option<StrategyKind>,
     /// Every show of the event has nothing left: the line has stopped.
@@ -252,8 +255,15 @@ impl Event {
     }
 }
 
-/// The leader's published figures: measured rate, waiting total, hybrid mode, sold-out flag.
-type LiveFigures = (Option<f64>, Option<u64>, Option<String>, Option<String>);
+/// The leader's published figures: measured rate, waiting total, hybrid mode, sold-out flag,
+/// waiting per shard.
+type LiveFigures = (
+    Option<f64>,
+    Option<u64>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
 
 /// Most events one instance keeps cached (known and unknown ids alike): ids come from request
 /// paths, so the cache must not grow with whatever a client sends.
@@ -328,19 +338,21 @@ impl EventStore {
         event: &EventId,
     ) -> Result<Option<Arc<Event>>, QueueError> {
         // Both keys carry the tag {event}: one slot, so one pipeline, one round trip.
-        let (raw, (rate, waiting, mode, sold_out)): (Option<String>, LiveFigures) = redis::pipe()
-            .get(self.keys.event_config(event.as_str()))
-            .hmget(
-                self.keys.event_stats(event.as_str()),
-                &[
-                    stats::RATE,
-                    stats::WAITING,
-                    stats::HYBRID_MODE,
-                    stats::SOLD_OUT,
-                ],
-            )
-            .query_async(conn)
-            .await?;
+        let (raw, (rate, waiting, mode, sold_out, shards)): (Option<String>, LiveFigures) =
+            redis::pipe()
+                .get(self.keys.event_config(event.as_str()))
+                .hmget(
+                    self.keys.event_stats(event.as_str()),
+                    &[
+                        stats::RATE,
+                        stats::WAITING,
+                        stats::HYBRID_MODE,
+                        stats::SOLD_OUT,
+                        stats::SHARD_WAITING,
+                    ],
+                )
+                .query_async(conn)
+                .await?;
         let Some(config) = parse_config(event, raw)? else {
             return Ok(None);
         };
@@ -349,6 +361,7 @@ impl EventStore {
             config,
             measured_rate: rate,
             waiting_total: waiting,
+            shard_waiting: parse_counts(shards.as_deref()),
             hybrid_mode: mode.and_then(|m| m.parse().ok()),
             sold_out: sold_out.as_deref() == Some("1"),
         })))
@@ -386,6 +399,13 @@ impl EventStore {
         let ids: Vec<String> = conn.smembers(self.keys.registry()).await?;
         Ok(ids.iter().filter_map(|s| EventId::parse(s).ok()).collect())
     }
+}
+
+/// `"3,0,12"` → `[3, 0, 12]`; anything unreadable → empty.
+fn parse_counts(raw: Option<&str>) -> Vec<u64> {
+    raw.filter(|r| !r.is_empty())
+        .and_then(|r| r.split(',').map(|n| n.parse().ok()).collect())
+        .unwrap_or_default()
 }
 
 fn parse_config(event: &EventId, raw: Option<String>) -> Result<Option<EventConfig>, QueueError> {

@@ -225,14 +225,38 @@ impl Queue {
     }
 
     /// Where `ticket` stands now.
-    #[tracing::instrument(skip_all, fields(event = %event))]
     pub async fn poll(&self, event: &EventId, ticket: &Ticket) -> Result<QueueStatus, QueueError> {
+        self.poll_since(event, ticket, None).await
+    }
+
+    /// Where `ticket` stands now, for a client that last showed position `last`: an estimated
+    /// position that moved back by no more than the event's error budget keeps `last` on
+    /// screen (see `statistical::steady`); exact positions are shown as computed.
+    #[tracing::instrument(skip_all, fields(event = %event))]
+    pub async fn poll_since(
+        &self,
+        event: &EventId,
+        ticket: &Ticket,
+        last: Option<u64>,
+    ) -> Result<QueueStatus, QueueError> {
         let mut conn = self.store.conn();
         let ev = self.events.get(&mut conn, event).await?;
         metrics::counter!(telemetry::QUEUE_POLLS, "event" => event.to_string()).increment(1);
         let standing = self
             .repairing(event, &ev.config, || self.locate(&ev, ticket, None))
             .await?;
+        let standing = match standing {
+            Standing::Waiting {
+                position,
+                strategy: StrategyKind::Statistical,
+                reads,
+            } => Standing::Waiting {
+                position: statistical::steady(position, last, ev.config.hybrid_max_error),
+                strategy: StrategyKind::Statistical,
+                reads,
+            },
+            other => other,
+        };
         if let Standing::Waiting {
             strategy, reads, ..
         } = standing
@@ -354,11 +378,30 @@ impl Queue {
             self.ahead_in_other_shards(&replicas, cfg, shard, score)
         };
         let (strategy, position) = match (ev.effective_strategy(), ev.waiting_total) {
-            // One script on the own shard; the line's total comes from the leader.
-            (StrategyKind::Statistical, Some(total)) => (
-                StrategyKind::Statistical,
-                statistical::position(rank, shard_size, total),
-            ),
+            // One script on the own shard; the line's total from the leader's figures, corrected
+            // by the own shard's change since they were published.
+            (StrategyKind::Statistical, Some(total)) => {
+                let total = match ev.shard_waiting.get(shard) {
+                    Some(own) if ev.shard_waiting.len() == cfg.shards as usize => {
+                        statistical::live_total(total, *own, shard_size, cfg.shards)
+                    }
+                    _ => total,
+                };
+                let estimate = statistical::position(rank, shard_size, total);
+                // `hybrid` estimates only where the estimate can keep the event's budget: near
+                // the front of the line one rank is N places, so those people are counted.
+                let too_wide = cfg.strategy == StrategyKind::Hybrid
+                    && statistical::relative_spread(estimate, total, cfg.shards)
+                        > cfg.hybrid_max_error;
+                if too_wide {
+                    (
+                        StrategyKind::Timestamp,
+                        timestamp::position(rank, &exact(&mut reads).await?),
+                    )
+                } else {
+                    (StrategyKind::Statistical, estimate)
+                }
+            }
             (StrategyKind::GlobalCounter, _) => {
                 let published = if counted {
                     reads += 1;

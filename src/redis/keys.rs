@@ -35,6 +35,9 @@ pub mod stats {
     pub const RATE: &str = "rate";
     /// People waiting over all shards, as the leader last counted them.
     pub const WAITING: &str = "waiting";
+    /// People waiting per shard, comma-separated in shard order, published with `WAITING` every
+    /// tick: a `statistical` poll corrects a stale total by its own shard's change since.
+    pub const SHARD_WAITING: &str = "w_shards";
     /// The strategy `hybrid` uses now (`timestamp` or `statistical`).
     pub const HYBRID_MODE: &str = "hybrid_mode";
     /// The leader's moving average of the estimate's relative position error (sampled).

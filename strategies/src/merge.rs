@@ -155,6 +155,26 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// A line of people `(score, shard)` as per-shard sorted members, and the whole line in
+    /// global order.
+    fn line_of(line: &[(u32, usize)], n: usize) -> (Vec<Vec<(f64, String)>>, Vec<OrderKey>) {
+        let mut shards: Vec<Vec<(f64, String)>> = vec![Vec::new(); n];
+        for (i, (score, s)) in line.iter().enumerate() {
+            shards[*s].push((*score as f64, format!("m{i:04}")));
+        }
+        let mut all: Vec<OrderKey> = Vec::new();
+        for (s, items) in shards.iter_mut().enumerate() {
+            items.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+            all.extend(items.iter().map(|(sc, m)| OrderKey {
+                score: *sc,
+                shard: s,
+                member: m.clone(),
+            }));
+        }
+        all.sort();
+        (shards, all)
+    }
+
     fn members(shards: &[ShardHeads], picks: &[Pick]) -> Vec<String> {
         picks.iter().map(|p| p.key(shards).member).collect()
     }
@@ -220,16 +240,7 @@ mod tests {
             take in 0usize..80,
         ) {
             let n = 6;
-            let mut shards: Vec<Vec<(f64, String)>> = vec![Vec::new(); n];
-            for (i, (score, s)) in line.iter().enumerate() {
-                shards[*s].push((*score as f64, format!("m{i:04}")));
-            }
-            let mut all: Vec<OrderKey> = Vec::new();
-            for (s, items) in shards.iter_mut().enumerate() {
-                items.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
-                all.extend(items.iter().map(|(sc, m)| OrderKey { score: *sc, shard: s, member: m.clone() }));
-            }
-            all.sort();
+            let (shards, all) = line_of(&line, n);
             let heads: Vec<ShardHeads> = shards
                 .iter()
                 .map(|items| ShardHeads {
@@ -253,16 +264,7 @@ mod tests {
             take in 0usize..80,
         ) {
             let n = 6;
-            let mut shards: Vec<Vec<(f64, String)>> = vec![Vec::new(); n];
-            for (i, (score, s)) in line.iter().enumerate() {
-                shards[*s].push((*score as f64, format!("m{i:04}")));
-            }
-            let mut all: Vec<OrderKey> = Vec::new();
-            for (s, items) in shards.iter_mut().enumerate() {
-                items.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
-                all.extend(items.iter().map(|(sc, m)| OrderKey { score: *sc, shard: s, member: m.clone() }));
-            }
-            all.sort();
+            let (shards, all) = line_of(&line, n);
             let heads: Vec<ShardHeads> = shards
                 .iter()
                 .zip(&lens)

@@ -274,7 +274,7 @@ test('the console switches the strategy and the open page keeps its place', { ti
 
   // Two polls after the switch: same ticket, still waiting, no further back.
   for (let i = 0; i < 2; i++) {
-    await buyer.page.waitForResponse((r) => r.url().endsWith(`/queue/${ticket}`) && r.status() === 200, { timeout: 20000 });
+    await buyer.page.waitForResponse((r) => new URL(r.url()).pathname.endsWith(`/queue/${ticket}`) && r.status() === 200, { timeout: 20000 });
   }
   const pos2 = await position(buyer.page);
   assert.equal(await buyer.page.textContent('#ticket'), ticket);

@@ -37,6 +37,7 @@ fn start(prefix: &str, id: &str) -> Instance {
     let port = free_port();
     let child = Command::new(env!("CARGO_BIN_EXE_waitroom"))
         .arg("serve")
+        .env("WAITROOM_ENV", "development")
         .env("WAITROOM_HTTP_ADDR", format!("127.0.0.1:{port}"))
         .env("WAITROOM_KEY_PREFIX", prefix)
         .env("WAITROOM_INSTANCE_ID", id)

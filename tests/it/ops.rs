@@ -143,15 +143,8 @@ async fn the_event_list_and_an_events_shows_are_listed() {
     let app = spawn_app().await;
     let (ev, show) = (unique("list"), unique("show"));
     app.create_event(&ev, json!({"shards": 2})).await;
-    let r = app
-        .http
-        .put(format!("{}/admin/v1/shows/{show}", app.base))
-        .bearer_auth(crate::common::ADMIN_TOKEN)
-        .json(&json!({"event": ev, "quantity": 50}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::CREATED);
+    app.create_show(&show, json!({"event": ev, "quantity": 50}))
+        .await;
     let list: Value = app
         .http
         .get(format!("{}/admin/v1/events", app.base))
@@ -186,4 +179,43 @@ async fn the_event_list_and_an_events_shows_are_listed() {
     );
     let unknown = app.get("/v1/events/no-such-event/shows").await;
     assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+}
+
+#[test]
+fn serve_refuses_to_start_in_production_without_its_secrets() {
+    // Production is the default: no WAITROOM_ENV, no secrets → start-up refused, naming what is
+    // missing; short secrets → refused, naming the minimum; never the value.
+    let run = |envs: &[(&str, &str)]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_waitroom"));
+        cmd.arg("serve")
+            .env_remove("WAITROOM_ENV")
+            .env_remove("WAITROOM_ADMIN_TOKEN")
+            .env_remove("WAITROOM_TOKEN_SECRET")
+            .env("WAITROOM_HTTP_ADDR", "127.0.0.1:0")
+            .env("RUST_BACKTRACE", "0");
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, err) = run(&[]);
+    assert!(!ok);
+    assert!(
+        err.contains("WAITROOM_ADMIN_TOKEN") && err.contains("required"),
+        "{err}"
+    );
+    let (ok, err) = run(&[
+        ("WAITROOM_ADMIN_TOKEN", "tiny-admin"),
+        ("WAITROOM_TOKEN_SECRET", "tiny-secret"),
+    ]);
+    assert!(!ok);
+    assert!(err.contains("at least 32"), "{err}");
+    assert!(
+        !err.contains("tiny-admin") && !err.contains("tiny-secret"),
+        "{err}"
+    );
 }

@@ -24,20 +24,7 @@ async fn sale(app: &TestApp, show_body: Value, event_extra: Value) -> (String, S
     let show = unique("s");
     let mut spec = show_body;
     spec["event"] = json!(ev);
-    let r = app
-        .http
-        .put(format!("{}/admin/v1/shows/{show}", app.base))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&spec)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        r.status(),
-        StatusCode::CREATED,
-        "{}",
-        r.text().await.unwrap()
-    );
+    app.create_show(&show, spec).await;
     (ev, show)
 }
 
@@ -62,15 +49,7 @@ async fn admitted_unless_sold_out(app: &TestApp, ev: &str, user: &str) -> Option
 
 /// Enters `user` and waits until admitted; returns the access token.
 async fn admitted(app: &TestApp, ev: &str, user: &str) -> String {
-    let ticket = app.enter_ok(ev, user).await["ticket"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    eventually(Duration::from_secs(20), "admitted", || async {
-        let s = app.poll_ok(ev, &ticket).await;
-        s["access_token"].as_str().map(str::to_owned)
-    })
-    .await
+    app.admitted(ev, user).await
 }
 
 async fn hold(app: &TestApp, show: &str, token: &str, body: Value) -> Response {
@@ -635,6 +614,7 @@ async fn a_seat_sold_again_after_redis_lost_its_mark_is_rejected_by_the_ledger_a
     let run = |repair: bool| {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_waitroom"));
         cmd.arg("reconcile")
+            .env("WAITROOM_ENV", "development")
             .env("WAITROOM_KEY_PREFIX", &prefix)
             .env("RUST_LOG", "error");
         if repair {
@@ -674,6 +654,7 @@ async fn the_ledger_killed_mid_stream_and_restarted_loses_no_booking_and_applies
     let start_ledger = || {
         std::process::Command::new(env!("CARGO_BIN_EXE_waitroom"))
             .arg("ledger")
+            .env("WAITROOM_ENV", "development")
             .env("WAITROOM_KEY_PREFIX", &prefix)
             .env("WAITROOM_KAFKA_TOPIC", format!("{prefix}.bookings"))
             .env("WAITROOM_KAFKA_GROUP", format!("{prefix}-ledger"))

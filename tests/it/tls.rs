@@ -69,30 +69,9 @@ async fn a_sale_runs_end_to_end_over_tls_with_credentials() {
     let (ev, show) = (unique("tls"), unique("tlsshow"));
     app.create_event(&ev, json!({"shards": 4, "admit_per_second": 1000}))
         .await;
-    let r = app
-        .http
-        .put(format!("{}/admin/v1/shows/{show}", app.base))
-        .bearer_auth(crate::common::ADMIN_TOKEN)
-        .json(&json!({"event": ev, "seats": ["A-1", "A-2", "A-3"]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        r.status(),
-        StatusCode::CREATED,
-        "{}",
-        r.text().await.unwrap()
-    );
-
-    let ticket = app.enter_ok(&ev, "tls-buyer").await["ticket"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let token = eventually(Duration::from_secs(15), "admitted over TLS", || async {
-        let s = app.poll_ok(&ev, &ticket).await;
-        s["access_token"].as_str().map(str::to_owned)
-    })
-    .await;
+    app.create_show(&show, json!({"event": ev, "seats": ["A-1", "A-2", "A-3"]}))
+        .await;
+    let token = app.admitted(&ev, "tls-buyer").await;
 
     let hold: Value = app
         .http

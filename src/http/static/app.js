@@ -126,7 +126,10 @@
   }
   function poll() {
     if (!saved.ticket) return enter();
-    api('GET', '/v1/events/' + enc(event) + '/queue/' + enc(saved.ticket)).then(function (r) {
+    // last=: the position on screen, so an estimate's noise within the event's error budget
+    // does not move anyone back (docs/api.md); a real move back is still shown.
+    var last = saved.shown ? '?last=' + saved.shown : '';
+    api('GET', '/v1/events/' + enc(event) + '/queue/' + enc(saved.ticket) + last).then(function (r) {
       if (r.status === 404) { ok(); return enter(); } // left, lapsed or removed: enter again
       onQueue(r, poll);
     });
@@ -146,7 +149,7 @@
     retryLater(r, again, '');
   }
   function status(s) {
-    if (s.ticket && s.ticket !== saved.ticket) { saved.ticket = s.ticket; saved.first = null; save(); }
+    if (s.ticket && s.ticket !== saved.ticket) { saved.ticket = s.ticket; saved.first = null; saved.shown = null; save(); }
     $('ticket').textContent = saved.ticket || '—';
     if (s.status === 'admitted') return admitted(s);
     if (s.status === 'sold_out') {
@@ -161,7 +164,8 @@
     note('message', '');
     show1('wait');
     var pos = s.position;
-    if (pos != null && (!saved.first || pos > saved.first)) { saved.first = pos; save(); }
+    if (pos != null && (!saved.first || pos > saved.first)) { saved.first = pos; }
+    if (pos != null) { saved.shown = pos; save(); }
     $('position').textContent = fmtInt(pos);
     $('ahead').textContent = pos == null ? '…' : fmtInt(Math.max(0, pos - 1));
     $('eta').textContent = fmtEta(s.eta_seconds);

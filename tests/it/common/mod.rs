@@ -36,6 +36,8 @@ pub fn unique(name: &str) -> String {
 pub fn test_config(prefix: &str) -> Config {
     let mut cfg = Config::try_parse_from([
         "serve",
+        "--env",
+        "development",
         "--http-addr",
         "127.0.0.1:0",
         "--key-prefix",
@@ -159,6 +161,40 @@ impl TestApp {
             "{}",
             r.text().await.unwrap()
         );
+    }
+
+    pub async fn put_show(&self, show: &str, body: Value) -> Response {
+        self.http
+            .put(format!("{}/admin/v1/shows/{show}", self.base))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Creates a show and asserts it was created.
+    pub async fn create_show(&self, show: &str, body: Value) {
+        let r = self.put_show(show, body).await;
+        assert_eq!(
+            r.status(),
+            StatusCode::CREATED,
+            "{}",
+            r.text().await.unwrap()
+        );
+    }
+
+    /// Enters `user` and waits until admitted; returns the access token.
+    pub async fn admitted(&self, event: &str, user: &str) -> String {
+        let ticket = self.enter_ok(event, user).await["ticket"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        eventually(Duration::from_secs(20), "admitted", || async {
+            let s = self.poll_ok(event, &ticket).await;
+            s["access_token"].as_str().map(str::to_owned)
+        })
+        .await
     }
 
     pub async fn get_event(&self, event: &str) -> Value {
