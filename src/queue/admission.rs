@@ -809,7 +809,7 @@ impl EventAdmission {
             let estimate = statistical::position(rank, size, line);
             // Under `hybrid`, someone whose estimate is too wide is shown the exact position.
             let shown = if cfg.strategy == StrategyKind::Hybrid
-                && statistical::relative_spread(estimate, line, cfg.shards) > cfg.hybrid_max_error
+                && !statistical::fits_budget(estimate, line, cfg.shards, cfg.hybrid_max_error)
             {
                 exact
             } else {

@@ -391,8 +391,7 @@ impl Queue {
                 // `hybrid` estimates only where the estimate can keep the event's budget: near
                 // the front of the line one rank is N places, so those people are counted.
                 let too_wide = cfg.strategy == StrategyKind::Hybrid
-                    && statistical::relative_spread(estimate, total, cfg.shards)
-                        > cfg.hybrid_max_error;
+                    && !statistical::fits_budget(estimate, total, cfg.shards, cfg.hybrid_max_error);
                 if too_wide {
                     (
                         StrategyKind::Timestamp,

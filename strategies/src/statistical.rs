@@ -60,6 +60,17 @@ pub fn relative_spread(position: u64, total: u64, shards: u32) -> f64 {
     (w * q * (1.0 - q) * f64::from(shards.max(1) - 1)).sqrt() / p
 }
 
+/// How many of the estimate's standard deviations must fit in an error budget before `hybrid`
+/// shows an estimate: 3 σ, so that a shown estimate moves by more than the budget (when its
+/// inputs refresh) for about 3 in 1,000 people, not one in three.
+pub const SPREAD_SIGMAS: f64 = 3.0;
+
+/// True when the estimate at `position` is narrow enough for `budget`: [`SPREAD_SIGMAS`] times
+/// its relative spread within it.
+pub fn fits_budget(position: u64, total: u64, shards: u32, budget: f64) -> bool {
+    SPREAD_SIGMAS * relative_spread(position, total, shards) <= budget
+}
+
 /// The estimated 1-based position, clamped to `1..=W`.
 pub fn position(own_rank: u64, shard_waiting: u64, total_waiting: u64) -> u64 {
     let s = shard_waiting.max(own_rank + 1);
@@ -107,6 +118,9 @@ mod tests {
         assert!(relative_spread(500_000, 1_000_000, 16) < 0.004);
         // One shard is exact.
         assert_eq!(relative_spread(10, 100, 1), 0.0);
+        // A 2 % budget takes 3 σ ≤ 2 %: the 500,000th of a million fits, the 100,000th not.
+        assert!(fits_budget(500_000, 1_000_000, 16, 0.02));
+        assert!(!fits_budget(100_000, 1_000_000, 16, 0.02));
     }
 
     #[test]
