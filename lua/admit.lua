@@ -9,7 +9,9 @@
 --          first ARGV[1] members, as round-robin admission asks)
 -- ARGV[3]  that member
 -- ARGV[4]  now, ms (the active set's score: admission time)
--- ARGV[5]  abandon bound, ms: people last seen at or before it are removed, not admitted
+-- ARGV[5]  abandon bound for people who have polled, ms: last seen at or before it, they are
+--          removed, not admitted (the longer bound while the overload guard holds)
+-- ARGV[6]  abandon bound for entries that never polled (negative last-seen, see enter.lua)
 -- Returns  {admitted members in order, number of abandoned places removed}
 --
 -- Only members at or before (ARGV[2], ARGV[3]) move: if someone ahead left after the scheduler
@@ -18,7 +20,8 @@
 local n = tonumber(ARGV[1])
 local bounded = ARGV[2] ~= ''
 local last_score = tonumber(ARGV[2])
-local cutoff = tonumber(ARGV[5])
+local cut_polled = tonumber(ARGV[5])
+local cut_entered = tonumber(ARGV[6])
 local heads = redis.call('ZRANGE', KEYS[1], 0, n - 1, 'WITHSCORES')
 -- The qualifying prefix of the heads.
 local members = {}
@@ -46,8 +49,8 @@ for c = 1, #members, CHUNK do
   redis.call('ZREM', KEYS[4], unpack(members, c, last))
   local add = {}
   for i = c, last do
-    local s = seen[i - c + 1]
-    if s and tonumber(s) <= cutoff then
+    local s = seen[i - c + 1] and tonumber(seen[i - c + 1])
+    if s and ((s > 0 and s <= cut_polled) or (s <= 0 and -s <= cut_entered)) then
       abandoned = abandoned + 1
     else
       admitted[#admitted + 1] = members[i]

@@ -46,6 +46,7 @@ else
   n = h.quantity
 end
 redis.call('HINCRBY', KEYS[1], 'sold', n)
+redis.call('HINCRBY', KEYS[4], 'taken:' .. h.ticket, n)
 redis.call('ZREM', KEYS[3], ARGV[1])
 h.booking = ARGV[4]
 raw = cjson.encode(h)

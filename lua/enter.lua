@@ -2,7 +2,8 @@
 --
 -- KEYS[1]  waiting zset of the shard   (member = ticket, score = arrival order key)
 -- KEYS[2]  active zset of the shard    (member = ticket, score = admission time, ms)
--- KEYS[3]  last-seen zset of the shard (member = ticket, score = last enter or poll, ms)
+-- KEYS[3]  last-seen zset of the shard (member = ticket, score = last poll, ms; or minus the
+--          last enter, for someone who has not polled yet)
 -- ARGV[1]  ticket
 -- ARGV[2]  arrival score (microseconds from the instance clock, or the event's counter)
 -- ARGV[3]  now, ms
@@ -20,6 +21,13 @@ if adm then
   redis.call('ZREM', KEYS[2], ARGV[1])
 end
 redis.call('ZADD', KEYS[1], 'NX', ARGV[2], ARGV[1])
-redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
+-- Last seen: an entry that has never polled is kept negative (-now), so the overload guard
+-- counts only people who have polled (shard_heads.lua); once polled, entering counts as a poll.
+local seen = redis.call('ZSCORE', KEYS[3], ARGV[1])
+if seen and tonumber(seen) > 0 then
+  redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
+else
+  redis.call('ZADD', KEYS[3], -tonumber(ARGV[3]), ARGV[1])
+end
 return {1, redis.call('ZSCORE', KEYS[1], ARGV[1]), redis.call('ZRANK', KEYS[1], ARGV[1]),
         redis.call('ZCARD', KEYS[1])}

@@ -9,6 +9,8 @@
 -- ARGV[2]  k, how many heads to return (0 = none)
 -- ARGV[3]  abandon bound, ms: people last seen at or before it have left without saying so
 -- ARGV[4]  start of the global_counter range of scores ('' = none)
+-- ARGV[5]  the abandon bound for people who have polled while the overload guard holds (older
+--          than ARGV[3]: the guard gives the benefit of the doubt for a while, not forever)
 -- Returns  {active_count, waiting_count, {member1, score1, ...}, abandoned_removed,
 --           waiting_before_counter_range, first_score_in_counter_range or '',
 --           1 when the overload guard suspended abandonment, else 0}
@@ -16,13 +18,15 @@
 -- Abandoned people are removed only while they stand among the first k: the scan stays
 -- bounded (at most 4 passes), and people further back are checked when they reach the front.
 --
--- Overload guard: when fewer than half of those waiting in the shard were seen after the
+-- Overload guard: when fewer than half of those in the shard who have polled were seen after the
 -- abandon bound, the likelier cause is that their polls did not reach the service (overloaded,
--- or cut off), not that most of them left: nobody is removed as abandoned while it lasts.
--- Lines under GUARD_MIN per shard are too small to tell (and are not the overload case).
+-- or cut off), not that most of them left: while it lasts, people who have polled are removed as
+-- abandoned only past the longer bound ARGV[5]. Entries that never polled (negative last-seen,
+-- see enter.lua) neither count towards the guard nor are covered by it: a crowd of entries that
+-- never poll cannot switch abandonment off, and is removed at the normal bound.
+-- Lines under GUARD_MIN polled people per shard are too small to tell.
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
 local k = tonumber(ARGV[2])
-local cutoff = tonumber(ARGV[3])
 local heads = {}
 local abandoned = 0
 -- Variadic commands over chunks of members: one redis.call costs microseconds whatever it
@@ -31,12 +35,18 @@ local CHUNK = 1000
 local GUARD_MIN = 100
 local waiting = redis.call('ZCARD', KEYS[1])
 local suspended = 0
-if waiting >= GUARD_MIN and 2 * redis.call('ZCOUNT', KEYS[3], '(' .. ARGV[3], '+inf') < waiting then
+local polled = redis.call('ZCOUNT', KEYS[3], '(0', '+inf')
+if polled >= GUARD_MIN and 2 * redis.call('ZCOUNT', KEYS[3], '(' .. ARGV[3], '+inf') < polled then
   suspended = 1
+end
+local cut_entered = tonumber(ARGV[3])
+local cut_polled = cut_entered
+if suspended == 1 then
+  cut_polled = tonumber(ARGV[5])
 end
 if k > 0 then
   heads = redis.call('ZRANGE', KEYS[1], 0, k - 1, 'WITHSCORES')
-  for _ = 1, 4 * (1 - suspended) do
+  for _ = 1, 4 do
     local gone = {}
     for c = 1, #heads, 2 * CHUNK do
       local chunk = {}
@@ -45,7 +55,8 @@ if k > 0 then
       end
       local seen = redis.call('ZMSCORE', KEYS[3], unpack(chunk))
       for i, member in ipairs(chunk) do
-        if seen[i] and tonumber(seen[i]) <= cutoff then
+        local s = seen[i] and tonumber(seen[i])
+        if s and ((s > 0 and s <= cut_polled) or (s <= 0 and -s <= cut_entered)) then
           gone[#gone + 1] = member
         end
       end

@@ -21,6 +21,7 @@ else
   n = h.quantity
 end
 redis.call('HINCRBY', KEYS[1], 'sold', -n)
+redis.call('HINCRBY', KEYS[4], 'taken:' .. h.ticket, -n)
 h.booking = nil
 redis.call('HSET', KEYS[4], ARGV[1], cjson.encode(h))
 redis.call('ZADD', KEYS[3], h.expires, ARGV[1])

@@ -118,6 +118,86 @@ impl Signer {
     }
 }
 
+/// Shortest per-event entry key accepted (bytes).
+pub const MIN_ENTRY_KEY_BYTES: usize = 32;
+
+/// Longest an entry token may be valid ahead, seconds: a site signs per visit, not per season.
+pub const MAX_ENTRY_TOKEN_SECONDS: u64 = 24 * 3600;
+
+/// The entry token a selling site gives its signed-in user for a verified-entry event (see
+/// docs/api.md, "Verified entry"): `<expires, Unix seconds>.<hex HMAC-SHA256>` of
+/// `waitroom-entry-v1\n<event>\n<user id>\n<expires>` under the event's entry key.
+pub fn entry_token(key: &[u8], event: &str, user: &str, expires: u64) -> String {
+    let mac = entry_mac(key, event, user, expires).finalize().into_bytes();
+    let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{expires}.{hex}")
+}
+
+fn entry_mac(key: &[u8], event: &str, user: &str, expires: u64) -> HmacSha256 {
+    let mut mac = HmacSha256::new_from_slice(key).expect("HMAC takes any key length");
+    mac.update(format!("waitroom-entry-v1\n{event}\n{user}\n{expires}").as_bytes());
+    mac
+}
+
+/// Why an entry token was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum EntryError {
+    /// The event requires one and none came.
+    #[error("this event requires an entry_token signed by the selling site")]
+    Missing,
+    /// Not of the form, or not signed for this event and user id.
+    #[error("the entry_token is not valid for this event and user_id")]
+    Invalid,
+    /// Past its expiry.
+    #[error("the entry_token has expired")]
+    Expired,
+    /// Valid for longer than allowed ahead.
+    #[error("the entry_token is valid too far ahead (at most 24 hours)")]
+    TooLong,
+}
+
+impl EntryError {
+    /// The message of the 401 (the `Display` text, as a static string).
+    pub fn message(self) -> &'static str {
+        match self {
+            EntryError::Missing => "this event requires an entry_token signed by the selling site",
+            EntryError::Invalid => "the entry_token is not valid for this event and user_id",
+            EntryError::Expired => "the entry_token has expired",
+            EntryError::TooLong => "the entry_token is valid too far ahead (at most 24 hours)",
+        }
+    }
+}
+
+/// Checks an entry token for `event` and `user` at `now` (Unix seconds); the MAC is compared
+/// in constant time.
+pub fn verify_entry(
+    key: &[u8],
+    event: &str,
+    user: &str,
+    token: Option<&str>,
+    now: u64,
+) -> Result<(), EntryError> {
+    let token = token.ok_or(EntryError::Missing)?;
+    let (expires, hex) = token.split_once('.').ok_or(EntryError::Invalid)?;
+    let expires: u64 = expires.parse().map_err(|_| EntryError::Invalid)?;
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(EntryError::Invalid);
+    }
+    let tag: Vec<u8> = (0..32)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("checked hex"))
+        .collect();
+    entry_mac(key, event, user, expires)
+        .verify_slice(&tag)
+        .map_err(|_| EntryError::Invalid)?;
+    if expires <= now {
+        return Err(EntryError::Expired);
+    }
+    if expires - now > MAX_ENTRY_TOKEN_SECONDS {
+        return Err(EntryError::TooLong);
+    }
+    Ok(())
+}
+
 /// Compares a presented secret with the expected one in time independent of where they differ
 /// and of their lengths: both are hashed to 32 bytes first, then compared with `subtle`.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -193,5 +273,53 @@ mod tests {
         assert!(constant_time_eq(b"abc", b"abc"));
         assert!(!constant_time_eq(b"abc", b"abd"));
         assert!(!constant_time_eq(b"abc", b"ab"));
+    }
+
+    #[test]
+    fn entry_tokens_bind_event_user_and_expiry() {
+        let key = b"an entry key of at least thirty-two bytes";
+        let t = entry_token(key, "ev1", "alice", 2_000);
+        assert_eq!(verify_entry(key, "ev1", "alice", Some(&t), 1_000), Ok(()));
+        // Another user, another event, another key: invalid.
+        assert_eq!(
+            verify_entry(key, "ev1", "mallory", Some(&t), 1_000),
+            Err(EntryError::Invalid)
+        );
+        assert_eq!(
+            verify_entry(key, "ev2", "alice", Some(&t), 1_000),
+            Err(EntryError::Invalid)
+        );
+        let other = b"another entry key of thirty-two bytes!!";
+        assert_eq!(
+            verify_entry(other, "ev1", "alice", Some(&t), 1_000),
+            Err(EntryError::Invalid)
+        );
+        // A later expiry grafted on the same MAC: invalid.
+        let grafted = t.replacen("2000", "9000", 1);
+        assert_eq!(
+            verify_entry(key, "ev1", "alice", Some(&grafted), 1_000),
+            Err(EntryError::Invalid)
+        );
+        // Expired, missing, malformed, too long ahead.
+        assert_eq!(
+            verify_entry(key, "ev1", "alice", Some(&t), 2_000),
+            Err(EntryError::Expired)
+        );
+        assert_eq!(
+            verify_entry(key, "ev1", "alice", None, 1_000),
+            Err(EntryError::Missing)
+        );
+        for bad in ["", "2000", "x.y", "2000.zz", "2000.", ".abc"] {
+            assert_eq!(
+                verify_entry(key, "ev1", "alice", Some(bad), 1_000),
+                Err(EntryError::Invalid),
+                "{bad}"
+            );
+        }
+        let far = entry_token(key, "ev1", "alice", 1_000 + MAX_ENTRY_TOKEN_SECONDS + 1);
+        assert_eq!(
+            verify_entry(key, "ev1", "alice", Some(&far), 1_000),
+            Err(EntryError::TooLong)
+        );
     }
 }

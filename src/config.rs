@@ -98,6 +98,30 @@ pub struct HttpConfig {
     /// Requests one client may make in a burst above the steady rate.
     #[arg(long, env = "WAITROOM_CLIENT_BURST", default_value_t = 20)]
     pub client_burst: u32,
+    /// Requests per second one client address may make, all routes together (behind a proxy
+    /// see `WAITROOM_TRUSTED_PROXIES`); off when `client_rate_per_second` is 0.
+    #[arg(long, env = "WAITROOM_ADDRESS_RATE_PER_SECOND", default_value_t = 50)]
+    pub address_rate_per_second: u32,
+    /// Requests one client address may make in a burst above its steady rate.
+    #[arg(long, env = "WAITROOM_ADDRESS_BURST", default_value_t = 100)]
+    pub address_burst: u32,
+    /// Requests per second one address may make to `/admin` routes (burst: twice that).
+    #[arg(long, env = "WAITROOM_ADMIN_RATE_PER_SECOND", default_value_t = 10)]
+    pub admin_rate_per_second: u32,
+    /// Comma-separated CIDRs of proxies whose `X-Forwarded-For` is believed (none by default:
+    /// the peer address is the client).
+    #[arg(long, env = "WAITROOM_TRUSTED_PROXIES", value_delimiter = ',')]
+    pub trusted_proxies: Vec<String>,
+    /// Most HTTP connections open at once on this instance.
+    #[arg(long, env = "WAITROOM_MAX_CONNECTIONS", default_value_t = 20_000)]
+    pub max_connections: usize,
+    /// Longest a client may take to send a request's headers, or to send its body, seconds.
+    #[arg(long, env = "WAITROOM_READ_TIMEOUT_SECONDS", default_value_t = 10)]
+    pub read_timeout_seconds: u64,
+    /// Oldest a public seat map may be, ms: each instance reads a show's map from Redis at most
+    /// once per this (0: every request reads Redis).
+    #[arg(long, env = "WAITROOM_SEAT_MAP_MAX_AGE_MS", default_value_t = 1000)]
+    pub seat_map_max_age_ms: u64,
     /// Longest a request may take before it is answered 503, seconds (above the Kafka ack
     /// timeout, so a booking's outcome is known before its request is cut).
     #[arg(long, env = "WAITROOM_REQUEST_TIMEOUT_SECONDS", default_value_t = 15)]

@@ -203,4 +203,52 @@ mod tests {
         assert_eq!(t.to_member(), "7c0d7d0e-8c0a-4a43-9d7e-3f5cf1f0b2a1");
         assert!(Ticket::parse("not-a-uuid").is_err());
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// The contract's slug, written independently of `is_slug`.
+        fn slug_by_contract(s: &str) -> bool {
+            let mut chars = s.chars();
+            matches!(chars.next(), Some('a'..='z' | '0'..='9'))
+                && s.len() <= 64
+                && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_' | '-'))
+        }
+
+        proptest! {
+            #[test]
+            fn event_and_show_ids_accept_exactly_the_contracts_form(s in "\\PC{0,70}") {
+                prop_assert_eq!(EventId::parse(&s).is_ok(), slug_by_contract(&s));
+                prop_assert_eq!(ShowId::parse(&s).is_ok(), slug_by_contract(&s));
+            }
+
+            #[test]
+            fn well_formed_slugs_round_trip(s in "[a-z0-9][a-z0-9_-]{0,63}") {
+                let id = EventId::parse(&s).unwrap();
+                prop_assert_eq!(id.as_str(), s.as_str());
+            }
+
+            #[test]
+            fn user_ids_accept_exactly_the_contracts_form(s in "[A-Za-z0-9._:@/ é-]{0,130}") {
+                let by_contract = !s.is_empty()
+                    && s.len() <= 128
+                    && s.chars().all(|c| c.is_ascii_alphanumeric() || "._:@-".contains(c));
+                prop_assert_eq!(UserId::parse(&s).is_ok(), by_contract);
+            }
+
+            #[test]
+            fn tickets_parse_any_uuid_and_print_one_form(bits in any::<u128>(), upper in any::<bool>()) {
+                let u = Uuid::from_u128(bits).hyphenated().to_string();
+                let given = if upper { u.to_uppercase() } else { u.clone() };
+                prop_assert_eq!(Ticket::parse(&given).unwrap().to_member(), u);
+            }
+
+            #[test]
+            fn nothing_panics_on_arbitrary_input(s in "\\PC{0,200}") {
+                let _ = (EventId::parse(&s), ShowId::parse(&s), SeatId::parse(&s));
+                let _ = (UserId::parse(&s), Ticket::parse(&s), parse_uuid("id", &s));
+            }
+        }
+    }
 }

@@ -23,7 +23,9 @@ use crate::auth::Signer;
 use crate::booking::producer::{ensure_topic, BookingProducer};
 use crate::booking::{consumer, Bookings};
 use crate::config::{Config, KafkaConfig};
+use crate::http::limits::ClientLimits;
 use crate::http::ops::Readiness;
+use crate::http::server::{self, ConnLimits};
 use crate::http::{self, AppState};
 use crate::queue::admission::{self, Housekeeping};
 use crate::queue::Queue;
@@ -60,7 +62,12 @@ impl Services {
             .acquire_timeout(Duration::from_secs(2))
             .connect_lazy(config.db.url.expose())
             .context("parsing WAITROOM_DATABASE_URL")?;
-        let seats = Arc::new(Seats::new(store.clone(), queue.clone(), db.clone()));
+        let seats = Arc::new(Seats::new(
+            store.clone(),
+            queue.clone(),
+            db.clone(),
+            Duration::from_millis(config.http.seat_map_max_age_ms),
+        ));
         let bookings = Arc::new(Bookings::new(
             store,
             queue.clone(),
@@ -119,9 +126,9 @@ impl Application {
             seats: services.seats,
             bookings: services.bookings,
             admin_token: admin_token.into(),
-            limiter: AppState::client_limiter(
-                config.http.client_rate_per_second,
-                config.http.client_burst,
+            limits: Arc::new(
+                ClientLimits::new(&config.http)
+                    .map_err(|e| anyhow::anyhow!("WAITROOM_TRUSTED_PROXIES: {e}"))?,
             ),
         };
         Ok(Application {
@@ -174,13 +181,13 @@ impl Application {
                 shutdown.clone(),
             )));
         }
-        if let Some(limiter) = self.state.limiter.clone() {
-            let token = shutdown.clone();
+        {
+            let (limits, token) = (self.state.limits.clone(), shutdown.clone());
             background.push(tokio::spawn(async move {
                 loop {
                     tokio::select! {
                         _ = token.cancelled() => break,
-                        _ = tokio::time::sleep(Duration::from_secs(30)) => limiter.retain_recent(),
+                        _ = tokio::time::sleep(Duration::from_secs(10)) => limits.retain_recent(),
                     }
                 }
             }));
@@ -202,14 +209,17 @@ impl Application {
                 }
             }));
         }
+        let read_timeout = Duration::from_secs(self.config.http.read_timeout_seconds);
         let app = http::router(
             self.state,
             Duration::from_secs(self.config.http.request_timeout_seconds),
+            read_timeout,
         );
-        let token = shutdown.clone();
-        let server = axum::serve(self.listener, app)
-            .with_graceful_shutdown(async move { token.cancelled().await });
-        let served = tokio::spawn(async move { server.await });
+        let limits = ConnLimits {
+            max_connections: self.config.http.max_connections,
+            header_read_timeout: read_timeout,
+        };
+        let served = tokio::spawn(server::serve(self.listener, app, limits, shutdown.clone()));
         shutdown.cancelled().await;
         let drain = Duration::from_secs(self.config.http.drain_seconds);
         let everything = async {
@@ -219,7 +229,7 @@ impl Application {
             served.await
         };
         match tokio::time::timeout(drain, everything).await {
-            Ok(joined) => joined.context("HTTP server task")?.context("HTTP server")?,
+            Ok(joined) => joined.context("HTTP server task")?,
             Err(_) => tracing::warn!(
                 drain_seconds = drain.as_secs(),
                 "still draining after the drain timeout; exiting"

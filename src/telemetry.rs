@@ -10,6 +10,13 @@ use tracing_subscriber::EnvFilter;
 pub const HTTP_REQUESTS: &str = "waitroom_http_requests_total";
 /// HTTP request latency in seconds, by `route` and `method`.
 pub const HTTP_LATENCY: &str = "waitroom_http_request_duration_seconds";
+/// Open HTTP connections of this instance (gauge; capped by `WAITROOM_MAX_CONNECTIONS`).
+pub const HTTP_CONNECTIONS: &str = "waitroom_http_connections";
+/// Requests refused 429 by a per-client limit, by `limit` (`address`, `ticket`, `user`, `admin`).
+pub const RATE_LIMITED: &str = "waitroom_rate_limited_total";
+/// Seat-map reads answered, by `source` (`snapshot`: from this instance's copy, `not_modified`:
+/// 304 on a matching `ETag`, `redis`: the copy was refreshed from Redis).
+pub const SEAT_MAP_READS: &str = "waitroom_seat_map_reads_total";
 /// People waiting, by `event` (set by the admission leader each tick).
 pub const QUEUE_WAITING: &str = "waitroom_queue_waiting";
 /// Active sessions, by `event` (set by the admission leader each tick).
@@ -37,7 +44,8 @@ pub const ADMISSION_COMMANDS: &str = "waitroom_admission_redis_commands_total";
 pub const HYBRID_ESTIMATED: &str = "waitroom_hybrid_estimated";
 /// `hybrid` mode changes, by `event` and `to`.
 pub const HYBRID_SWITCHES: &str = "waitroom_hybrid_switches_total";
-/// Holds made, by `result` (`held`, `conflict`, `sold_out`).
+/// Holds asked for, by `result` (`held`, `conflict`: a seat was taken, `sold_out`, `capped`:
+/// the ticket already holds seats in the show or is at its cap).
 pub const HOLDS: &str = "waitroom_holds_total";
 /// Bookings answered by the API, by `status` (`pending`, `replayed`, `unavailable`, `expired`).
 pub const BOOKINGS_API: &str = "waitroom_bookings_total";

@@ -30,7 +30,7 @@ use crate::telemetry;
 const PENDING_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// A booking as the API shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct BookingOut {
     /// Booking id.
     pub booking_id: String,

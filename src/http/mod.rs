@@ -5,12 +5,14 @@
 
 pub mod admin;
 pub mod error;
+pub mod limits;
+pub mod openapi;
 pub mod ops;
 pub mod pages;
 pub mod queue;
 pub mod seats;
+pub mod server;
 
-use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,10 +21,8 @@ use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::timeout::TimeoutLayer;
+use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 use tower_http::trace::TraceLayer;
 
 use crate::booking::Bookings;
@@ -46,31 +46,17 @@ pub struct AppState {
     pub bookings: Arc<Bookings>,
     /// Bearer token for /admin.
     pub admin_token: Arc<str>,
-    /// Per-client request limiter (None when turned off).
-    pub limiter: Option<Arc<DefaultKeyedRateLimiter<String>>>,
+    /// Per-client request limits.
+    pub limits: Arc<limits::ClientLimits>,
     /// Back ends checked by /readyz.
     pub readiness: Arc<Readiness>,
 }
 
 impl AppState {
-    /// Builds the limiter from a steady rate and a burst; `rate == 0` turns it off.
-    pub fn client_limiter(rate: u32, burst: u32) -> Option<Arc<DefaultKeyedRateLimiter<String>>> {
-        let rate = NonZeroU32::new(rate)?;
-        let burst = NonZeroU32::new(burst).unwrap_or(rate);
-        Some(Arc::new(RateLimiter::keyed(
-            Quota::per_second(rate).allow_burst(burst),
-        )))
-    }
-
-    /// Counts one request of `client` against its limit: 429 with `Retry-After` when over.
-    pub fn limit(&self, client: &str) -> Result<(), ApiError> {
-        let Some(limiter) = &self.limiter else {
-            return Ok(());
-        };
-        limiter.check_key(&client.to_owned()).map_err(|not_until| {
-            let wait = not_until.wait_time_from(DefaultClock::default().now());
-            ApiError::RateLimited(wait.as_secs_f64().ceil().max(1.0) as u64)
-        })
+    /// Counts one request of a ticket or user id against its limit: 429 with `Retry-After`
+    /// when over.
+    pub fn limit(&self, key: &str, kind: &'static str) -> Result<(), ApiError> {
+        self.limits.check_key(key, kind)
     }
 }
 
@@ -86,8 +72,9 @@ impl<T: serde::Serialize> IntoResponse for ApiJson<T> {
 }
 
 /// The whole API. Every request is bounded by `timeout` (answered 503 with the contract's
-/// body when it runs out) and traced.
-pub fn router(state: AppState, timeout: Duration) -> Router {
+/// body when it runs out), reading its body by `body_timeout` (a body not sent in time is a 400),
+/// counted against its client's address limit, and traced.
+pub fn router(state: AppState, timeout: Duration, body_timeout: Duration) -> Router {
     Router::new()
         .merge(queue::router())
         .merge(admin::router())
@@ -99,6 +86,11 @@ pub fn router(state: AppState, timeout: Duration) -> Router {
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
             timeout,
+        ))
+        .layer(RequestBodyTimeoutLayer::new(body_timeout))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            limits::by_address,
         ))
         .layer(middleware::from_fn(contract_errors))
         .layer(middleware::from_fn(track_metrics))

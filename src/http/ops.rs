@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -13,14 +13,22 @@ use axum::{Json, Router};
 use rdkafka::producer::{BaseProducer, Producer as _};
 use serde_json::json;
 use sqlx::PgPool;
-use tokio::sync::Notify;
+use tokio::sync::{Mutex, Notify};
 use tokio_util::sync::CancellationToken;
 
+use super::openapi::Limited;
 use super::AppState;
 use crate::redis::RedisConn;
 
 /// How long each readiness probe may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a readiness answer is reused: a flood of `/readyz` costs the back ends one probe
+/// per second per instance.
+const READY_CACHE: Duration = Duration::from_secs(1);
+
+/// The last readiness answer: when, whether ready, and the per-check body.
+type ReadyReport = (Instant, bool, serde_json::Value);
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -28,6 +36,7 @@ pub fn router() -> Router<AppState> {
         .route("/metrics", get(get_metrics))
         .route("/healthz", get(get_health))
         .route("/readyz", get(get_ready))
+        .route("/openapi.json", get(super::openapi::get_openapi))
 }
 
 /// The back ends `/readyz` checks, and what start-up has prepared of them.
@@ -39,6 +48,8 @@ pub struct Readiness {
     schema: AtomicBool,
     schema_ready: Notify,
     topic: AtomicBool,
+    /// The last answer (one probe at a time; others wait for it and share it).
+    last: Mutex<Option<ReadyReport>>,
 }
 
 impl Readiness {
@@ -51,6 +62,7 @@ impl Readiness {
             schema: AtomicBool::new(false),
             schema_ready: Notify::new(),
             topic: AtomicBool::new(false),
+            last: Mutex::new(None),
         }
     }
 
@@ -80,19 +92,54 @@ impl Readiness {
     }
 }
 
-async fn get_metrics() -> impl IntoResponse {
+/// Prometheus metrics of this instance.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String), Limited)
+)]
+pub(crate) async fn get_metrics() -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         crate::telemetry::metrics_handle().render(),
     )
 }
 
-async fn get_health() -> Json<serde_json::Value> {
+/// The process is up.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    responses((status = 200, description = "up", body = Object), Limited)
+)]
+pub(crate) async fn get_health() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
 
-async fn get_ready(State(state): State<AppState>) -> impl IntoResponse {
-    let ready = &state.readiness;
+/// Every back end answers (probed at most once a second per instance).
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    responses((status = 200, description = "ready", body = Object), Limited)
+)]
+pub(crate) async fn get_ready(State(state): State<AppState>) -> impl IntoResponse {
+    let mut last = state.readiness.last.lock().await;
+    let (ok, body) = match &*last {
+        Some((at, ok, body)) if at.elapsed() < READY_CACHE => (*ok, body.clone()),
+        _ => {
+            let (ok, body) = probe_all(&state.readiness).await;
+            *last = Some((Instant::now(), ok, body.clone()));
+            (ok, body)
+        }
+    };
+    drop(last);
+    ready_answer(ok, body)
+}
+
+/// Probes every back end at once.
+async fn probe_all(ready: &Readiness) -> (bool, serde_json::Value) {
     let (redis, db, kafka) = tokio::join!(
         probe_redis(ready.redis.clone()),
         async {
@@ -114,6 +161,10 @@ async fn get_ready(State(state): State<AppState>) -> impl IntoResponse {
         }
     };
     let body = json!({"redis": show("redis", &redis), "postgres": show("postgres", &db), "kafka": show("kafka", &kafka)});
+    (ok, body)
+}
+
+fn ready_answer(ok: bool, body: serde_json::Value) -> axum::response::Response {
     if ok {
         (
             StatusCode::OK,

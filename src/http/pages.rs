@@ -16,6 +16,7 @@ use axum::routing::get;
 use axum::Router;
 use sha2::{Digest as _, Sha256};
 
+use super::openapi::{ErrorBody, Limited};
 use super::{ApiError, AppState};
 
 /// One embedded file: its name under `/static/`, its type and its text.
@@ -89,20 +90,66 @@ pub fn router() -> Router<AppState> {
         .route("/static/{file}", get(get_static))
 }
 
-async fn get_index(headers: HeaderMap) -> Response {
+#[utoipa::path(
+    get,
+    path = "/",
+    tag = "pages",
+    responses(
+        (status = 200, description = "the index page", content_type = "text/html", body = String),
+        (status = 304, description = "the client's copy is current"),
+        Limited
+    )
+)]
+pub(crate) async fn get_index(headers: HeaderMap) -> Response {
     serve("index.html", &headers)
 }
 
 /// The same page for every event: the script reads the event id from the path.
-async fn get_event_page(headers: HeaderMap) -> Response {
+#[utoipa::path(
+    get,
+    path = "/events/{event}",
+    tag = "pages",
+    params(("event" = String, Path, description = "event id (the page reads it from its path)")),
+    responses(
+        (status = 200, description = "the waiting-room page", content_type = "text/html", body = String),
+        (status = 304, description = "the client's copy is current"),
+        Limited
+    )
+)]
+pub(crate) async fn get_event_page(headers: HeaderMap) -> Response {
     serve("event.html", &headers)
 }
 
-async fn get_console(headers: HeaderMap) -> Response {
+#[utoipa::path(
+    get,
+    path = "/admin",
+    tag = "pages",
+    responses(
+        (status = 200, description = "the operator console", content_type = "text/html", body = String),
+        (status = 304, description = "the client's copy is current"),
+        Limited
+    )
+)]
+pub(crate) async fn get_console(headers: HeaderMap) -> Response {
     serve("admin.html", &headers)
 }
 
-async fn get_static(Path(file): Path<String>, headers: HeaderMap) -> Result<Response, ApiError> {
+#[utoipa::path(
+    get,
+    path = "/static/{file}",
+    tag = "pages",
+    params(("file" = String, Path, description = "one of the pages' files: app.js, admin.js, style.css, …")),
+    responses(
+        (status = 200, description = "the file (HTML, JavaScript or CSS)", content_type = "text/plain", body = String),
+        (status = 304, description = "the client's copy is current"),
+        (status = 404, description = "no such file", body = ErrorBody),
+        Limited
+    )
+)]
+pub(crate) async fn get_static(
+    Path(file): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     if ASSETS.iter().any(|a| a.name == file) {
         Ok(serve(&file, &headers))
     } else {

@@ -5,8 +5,11 @@ use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
 use serde::Deserialize;
+use utoipa::ToSchema;
 
+use super::openapi::{ErrorBody, Limited};
 use super::{ApiError, ApiJson, AppState};
+use crate::auth::verify_entry;
 use crate::ids::{EventId, Ticket, UserId};
 use crate::queue::QueueStatus;
 
@@ -21,25 +24,74 @@ pub fn router() -> Router<AppState> {
 }
 
 /// Body of an enter request.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct EnterRequest {
+    /// The person's id at the selling site: 1–128 of A-Z, a-z, 0-9 and `._:@-`.
+    #[schema(pattern = "^[A-Za-z0-9._:@-]{1,128}$")]
     user_id: String,
+    /// Verified entry: the selling site's signature of `user_id` (docs/api.md).
+    #[serde(default)]
+    entry_token: Option<String>,
 }
 
+/// Enter the line (or learn where you stand: entering again never moves anyone back).
+#[utoipa::path(
+    post,
+    path = "/v1/events/{event}/queue",
+    tag = "waiting room",
+    params(("event" = String, Path, pattern = "^[a-z0-9][a-z0-9_-]{0,63}$", description = "event id: 1–64 of a-z, 0-9, _ and -, starting with a letter or digit")),
+    request_body = EnterRequest,
+    responses(
+        (status = 200, description = "the queue status", body = QueueStatus),
+        (status = 400, description = "malformed body or id", body = ErrorBody),
+        (status = 401, description = "verified entry: missing, invalid or expired entry_token", body = ErrorBody),
+        (status = 404, description = "no such event", body = ErrorBody),
+        (status = 409, description = "event_closed: the event is paused or closed", body = ErrorBody),
+        (status = 413, description = "body over 64 KiB", body = ErrorBody),
+        Limited
+    )
+)]
 #[tracing::instrument(skip_all, fields(event = %event))]
-async fn enter_queue(
+pub(crate) async fn enter_queue(
     State(state): State<AppState>,
     Path(event): Path<String>,
     ApiJson(body): ApiJson<EnterRequest>,
 ) -> Result<Json<QueueStatus>, ApiError> {
     let event = EventId::parse(&event)?;
     let user = UserId::parse(&body.user_id)?;
-    state.limit(user.as_str())?;
+    let ev = state.queue.event(&event).await?;
+    if let Some(key) = &ev.config.entry_key {
+        let now = crate::queue::now_ms() / 1000;
+        verify_entry(
+            key.as_bytes(),
+            event.as_str(),
+            user.as_str(),
+            body.entry_token.as_deref(),
+            now,
+        )
+        .map_err(|e| ApiError::Unauthorized(e.message()))?;
+    }
+    // After verification: bad tokens for someone's user id cannot spend that user's budget.
+    state.limit(user.as_str(), "user")?;
     Ok(Json(state.queue.enter(&event, &user).await?))
 }
 
+/// Where a ticket stands now.
+#[utoipa::path(
+    get,
+    path = "/v1/events/{event}/queue/{ticket}",
+    tag = "waiting room",
+    params(("event" = String, Path, pattern = "^[a-z0-9][a-z0-9_-]{0,63}$", description = "event id: 1–64 of a-z, 0-9, _ and -, starting with a letter or digit"), ("ticket" = String, Path, pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", description = "the ticket (a UUID) the enter answer gave"),
+        ("last" = Option<u64>, Query, minimum = 1, description = "the position the client shows now (estimated strategies keep it from moving back)")),
+    responses(
+        (status = 200, description = "the queue status", body = QueueStatus),
+        (status = 400, description = "malformed id or last", body = ErrorBody),
+        (status = 404, description = "no such event, or the ticket is unknown or has left", body = ErrorBody),
+        Limited
+    )
+)]
 #[tracing::instrument(skip_all, fields(event = %event))]
-async fn poll_queue(
+pub(crate) async fn poll_queue(
     State(state): State<AppState>,
     Path((event, ticket)): Path<(String, String)>,
     RawQuery(query): RawQuery,
@@ -47,7 +99,7 @@ async fn poll_queue(
     let event = EventId::parse(&event)?;
     let ticket = Ticket::parse(&ticket)?;
     let last = last_shown(query.as_deref())?;
-    state.limit(&ticket.to_member())?;
+    state.limit(&ticket.to_member(), "ticket")?;
     Ok(Json(state.queue.poll_since(&event, &ticket, last).await?))
 }
 
@@ -67,14 +119,75 @@ fn last_shown(query: Option<&str>) -> Result<Option<u64>, ApiError> {
     Ok(last)
 }
 
+/// Leave the line, or give an active slot back.
+#[utoipa::path(
+    delete,
+    path = "/v1/events/{event}/queue/{ticket}",
+    tag = "waiting room",
+    params(("event" = String, Path, pattern = "^[a-z0-9][a-z0-9_-]{0,63}$", description = "event id: 1–64 of a-z, 0-9, _ and -, starting with a letter or digit"), ("ticket" = String, Path, pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", description = "the ticket (a UUID) the enter answer gave")),
+    responses(
+        (status = 204, description = "left"),
+        (status = 400, description = "malformed id", body = ErrorBody),
+        (status = 404, description = "no such event or ticket", body = ErrorBody),
+        Limited
+    )
+)]
 #[tracing::instrument(skip_all, fields(event = %event))]
-async fn leave_queue(
+pub(crate) async fn leave_queue(
     State(state): State<AppState>,
     Path((event, ticket)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     let event = EventId::parse(&event)?;
     let ticket = Ticket::parse(&ticket)?;
-    state.limit(&ticket.to_member())?;
+    state.limit(&ticket.to_member(), "ticket")?;
     state.queue.leave(&event, &ticket).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn last_is_read_from_the_query() {
+        assert_eq!(last_shown(None).unwrap(), None);
+        assert_eq!(last_shown(Some("last=42")).unwrap(), Some(42));
+        assert_eq!(last_shown(Some("t=1&last=7&x")).unwrap(), Some(7));
+        for bad in ["last=0", "last=-1", "last=x", "last=", "last=1e3"] {
+            assert!(last_shown(Some(bad)).is_err(), "{bad}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn any_query_is_a_position_a_400_or_nothing(q in "\\PC{0,80}") {
+            match last_shown(Some(&q)) {
+                Ok(Some(n)) => {
+                    let pair = format!("last={}", n);
+                    prop_assert!(n >= 1 && q.contains(&pair));
+                }
+                Ok(None) => prop_assert!(!q.split('&').any(|p| p.starts_with("last="))),
+                Err(e) => prop_assert!(matches!(e, ApiError::BadRequest(_))),
+            }
+        }
+
+        #[test]
+        fn any_positive_last_round_trips(n in 1u64.., noise in "[a-z]{0,5}=[0-9]{0,3}") {
+            let q = format!("{noise}&last={n}");
+            prop_assert_eq!(last_shown(Some(&q)).unwrap(), Some(n));
+        }
+
+        #[test]
+        fn enter_bodies_never_panic(body in "\\PC{0,120}") {
+            let _ = serde_json::from_str::<EnterRequest>(&body);
+        }
+
+        #[test]
+        fn entry_tokens_never_panic_and_forgeries_fail(token in "\\PC{0,100}") {
+            let key = b"an entry key of at least thirty-two bytes";
+            let r = crate::auth::verify_entry(key, "ev", "alice", Some(&token), 1_000);
+            prop_assert!(r.is_err());
+        }
+    }
 }

@@ -319,14 +319,15 @@ impl EventAdmission {
         let picked: Vec<usize> = picks.iter().map(|p| p.shard).collect();
         // The lease check, one read per shard, the counter figures, one move per shard picked.
         let commands = 1 + u64::from(cfg.shards) + u64::from(counting(cfg)) + picks.len() as u64;
-        // While the guard holds, nobody is taken for gone in this tick (lua/shard_heads.lua).
+        // While the guard holds, people who have polled are taken for gone only past the longer
+        // bound (lua/shard_heads.lua); entries that never polled always at the normal one.
+        let polled_before = if suspended {
+            guarded_bound(now_ms, cfg)
+        } else {
+            abandon_before
+        };
         let moved = self
-            .admit(
-                cfg,
-                picks,
-                now_ms,
-                if suspended { 0 } else { abandon_before },
-            )
+            .admit(cfg, picks, now_ms, polled_before, abandon_before)
             .await?;
         let admitted: usize = moved.iter().map(|m| m.members.len()).sum();
         let abandoned = abandoned_read + moved.iter().map(|m| m.abandoned).sum::<u64>();
@@ -424,6 +425,7 @@ impl EventAdmission {
         let store = self.queue.store();
         let expire_before = now_ms.saturating_sub(cfg.active_ttl_seconds * 1000);
         let abandon_before = now_ms.saturating_sub(cfg.abandon_after_seconds * 1000);
+        let guarded_before = guarded_bound(now_ms, cfg);
         let counter_start = if counting(cfg) {
             cfg.counter_start.to_string()
         } else {
@@ -449,6 +451,7 @@ impl EventAdmission {
                     .arg(heads_wanted)
                     .arg(abandon_before)
                     .arg(counter_start)
+                    .arg(guarded_before)
                     .invoke_async::<ShardRead>(&mut conn)
                     .await
             }
@@ -518,7 +521,8 @@ impl EventAdmission {
         cfg: &EventConfig,
         picks: Vec<ShardPick>,
         now_ms: u64,
-        abandon_before: u64,
+        polled_before: u64,
+        entered_before: u64,
     ) -> Result<Vec<Admitted>, QueueError> {
         let store = self.queue.store();
         let moves = picks.into_iter().map(|p| {
@@ -541,7 +545,8 @@ impl EventAdmission {
                     .arg(score)
                     .arg(member)
                     .arg(now_ms)
-                    .arg(abandon_before)
+                    .arg(polled_before)
+                    .arg(entered_before)
                     .invoke_async::<Admitted>(&mut conn)
                     .await
             }
@@ -830,6 +835,16 @@ impl EventAdmission {
         }
         Ok(())
     }
+}
+
+/// While the overload guard holds, how many abandonment windows someone who has polled keeps
+/// their place without being seen: the benefit of the doubt, bounded, so that a crowd that polls
+/// once and stops cannot keep abandonment off for good.
+pub const GUARD_GRACE_WINDOWS: u64 = 5;
+
+/// The abandon bound for people who have polled while the guard holds, ms.
+fn guarded_bound(now_ms: u64, cfg: &EventConfig) -> u64 {
+    now_ms.saturating_sub(GUARD_GRACE_WINDOWS * cfg.abandon_after_seconds * 1000)
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ const FAILED_REFRESH_BACKOFF: Duration = Duration::from_millis(500);
 pub const CACHE_TTL: Duration = Duration::from_millis(500);
 
 /// Whether people may enter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EventState {
     /// Entering and admission run.
@@ -51,6 +51,10 @@ pub struct EventConfig {
     pub hold_ttl_seconds: u64,
     /// Most seats in one hold.
     pub max_seats_per_hold: u32,
+    /// Most seats one ticket may hold and book in one show, all its holds together (default:
+    /// twice `max_seats_per_hold`). A ticket also has at most one live hold per show.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_seats_per_ticket: Option<u32>,
     /// Ordering strategy.
     pub strategy: StrategyKind,
     /// Open, paused or closed.
@@ -74,6 +78,10 @@ pub struct EventConfig {
     /// every instance's cached configuration, so all instances change order key at one instant.
     #[serde(default)]
     pub switch_at_us: u64,
+    /// Verified entry: the key (≥ 32 bytes) with which the selling site signs user ids; when
+    /// set, entering requires an `entry_token` (docs/api.md). Never shown by the admin API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry_key: Option<String>,
     /// First score of the current `global_counter` range: the counter continues from here, above
     /// every score already in the line (0 when the event never used `global_counter`).
     #[serde(default)]
@@ -81,6 +89,26 @@ pub struct EventConfig {
 }
 
 impl EventConfig {
+    /// The configuration as the admin API shows it: the entry key replaced by whether there is
+    /// one (`verified_entry`).
+    pub fn shown(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).expect("a configuration serializes");
+        if let Some(o) = v.as_object_mut() {
+            o.remove("entry_key");
+            o.insert(
+                "verified_entry".into(),
+                serde_json::Value::Bool(self.entry_key.is_some()),
+            );
+        }
+        v
+    }
+
+    /// The per-ticket seat cap in force (see [`EventConfig::max_seats_per_ticket`]).
+    pub fn seats_per_ticket(&self) -> u32 {
+        self.max_seats_per_ticket
+            .unwrap_or(self.max_seats_per_hold.saturating_mul(2))
+    }
+
     /// The strategy whose order key an arrival at `now_us` gets: the previous one until the
     /// switch instant, then the configured one.
     pub fn order_source(&self, now_us: u64) -> StrategyKind {
@@ -107,7 +135,7 @@ fn default_hybrid_max_error() -> f64 {
 pub const MAX_SHARDS: u32 = 256;
 
 /// A create-or-update request: every field optional.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EventPatch {
     /// See [`EventConfig::shards`].
@@ -122,7 +150,10 @@ pub struct EventPatch {
     pub hold_ttl_seconds: Option<u64>,
     /// See [`EventConfig::max_seats_per_hold`].
     pub max_seats_per_hold: Option<u32>,
+    /// See [`EventConfig::max_seats_per_ticket`].
+    pub max_seats_per_ticket: Option<u32>,
     /// See [`EventConfig::strategy`].
+    #[schema(value_type = Option<crate::http::openapi::Strategy>)]
     pub strategy: Option<StrategyKind>,
     /// See [`EventConfig::state`].
     pub state: Option<EventState>,
@@ -132,6 +163,8 @@ pub struct EventPatch {
     pub hybrid_max_error: Option<f64>,
     /// See [`EventConfig::abandon_after_seconds`].
     pub abandon_after_seconds: Option<u64>,
+    /// See [`EventConfig::entry_key`]; `""` turns verified entry off.
+    pub entry_key: Option<String>,
 }
 
 impl EventPatch {
@@ -145,6 +178,7 @@ impl EventPatch {
             active_ttl_seconds: 600,
             hold_ttl_seconds: 300,
             max_seats_per_hold: 4,
+            max_seats_per_ticket: None,
             strategy: StrategyKind::Timestamp,
             state: EventState::Open,
             shard_tags: Vec::new(),
@@ -154,6 +188,7 @@ impl EventPatch {
             previous_strategy: None,
             switch_at_us: 0,
             counter_start: 0,
+            entry_key: None,
         });
         let cfg = EventConfig {
             shards: self.shards.unwrap_or(d.shards),
@@ -162,6 +197,12 @@ impl EventPatch {
             active_ttl_seconds: self.active_ttl_seconds.unwrap_or(d.active_ttl_seconds),
             hold_ttl_seconds: self.hold_ttl_seconds.unwrap_or(d.hold_ttl_seconds),
             max_seats_per_hold: self.max_seats_per_hold.unwrap_or(d.max_seats_per_hold),
+            // 0 goes back to the default (twice max_seats_per_hold).
+            max_seats_per_ticket: match self.max_seats_per_ticket {
+                Some(0) => None,
+                Some(n) => Some(n),
+                None => d.max_seats_per_ticket,
+            },
             strategy: self.strategy.unwrap_or(d.strategy),
             state: self.state.unwrap_or(d.state),
             shard_tags: if self.shards.is_some_and(|n| n != d.shards) {
@@ -177,7 +218,22 @@ impl EventPatch {
             previous_strategy: d.previous_strategy,
             switch_at_us: d.switch_at_us,
             counter_start: d.counter_start,
+            entry_key: match self.entry_key.as_deref() {
+                Some("") => None,
+                Some(k) => Some(k.to_owned()),
+                None => d.entry_key,
+            },
         };
+        if cfg
+            .entry_key
+            .as_ref()
+            .is_some_and(|k| k.len() < crate::auth::MIN_ENTRY_KEY_BYTES)
+        {
+            return Err(format!(
+                "entry_key must be at least {} bytes",
+                crate::auth::MIN_ENTRY_KEY_BYTES
+            ));
+        }
         if !(1..=MAX_SHARDS).contains(&cfg.shards) {
             return Err(format!("shards must be 1..={MAX_SHARDS}"));
         }
@@ -194,6 +250,11 @@ impl EventPatch {
         }
         if !(1..=100).contains(&cfg.max_seats_per_hold) {
             return Err("max_seats_per_hold must be 1..=100".into());
+        }
+        if let Some(cap) = cfg.max_seats_per_ticket {
+            if !(cfg.max_seats_per_hold..=1000).contains(&cap) {
+                return Err("max_seats_per_ticket must be max_seats_per_hold..=1000".into());
+            }
         }
         if cfg.active_capacity > 10_000_000 {
             return Err("active_capacity must be at most 10000000".into());

@@ -68,13 +68,14 @@ impl From<RedisError> for QueueError {
 }
 
 /// The status of one ticket, as the contract's "queue status object".
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct QueueStatus {
     /// The ticket.
     pub ticket: String,
     /// The event id.
     pub event: String,
     /// `waiting`, `admitted` or `sold_out`.
+    #[schema(value_type = String, example = "waiting")]
     pub status: &'static str,
     /// 1-based position while waiting.
     pub position: Option<u64>,
@@ -92,6 +93,7 @@ pub struct QueueStatus {
     pub admitted_at_ms: Option<u64>,
     /// The strategy that computed `position` (exact for `timestamp`); waiting only.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::http::openapi::Strategy>)]
     pub strategy: Option<StrategyKind>,
 }
 

@@ -152,6 +152,10 @@ pub enum HoldReply {
     NotEnough,
     /// Seats asked of a general-admission show, or a quantity of a seated one.
     WrongKind,
+    /// The ticket already has this live hold in the show: nothing held.
+    AlreadyHolding(String),
+    /// Over the ticket's cap for the show: it may take this many more.
+    OverCap(u64),
 }
 
 impl FromRedisValue for HoldReply {
@@ -165,6 +169,8 @@ impl FromRedisValue for HoldReply {
             -1 => Ok(HoldReply::UnknownSeats(strings_from(&it, 1)?)),
             -2 => Ok(HoldReply::NotEnough),
             -3 => Ok(HoldReply::WrongKind),
+            -4 => Ok(HoldReply::AlreadyHolding(at(&it, 1)?)),
+            -5 => Ok(HoldReply::OverCap(at(&it, 1)?)),
             _ => fail("hold", &Value::Array(it)),
         }
     }

@@ -8,11 +8,14 @@
 pub mod repo;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use futures::future::{try_join_all, BoxFuture};
+use moka::future::Cache;
 use redis::{AsyncCommands as _, RedisError};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -82,7 +85,7 @@ impl From<BadId> for SeatError {
 }
 
 /// The body of `PUT /admin/v1/shows/{show}`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShowSpec {
     /// The event the show belongs to.
@@ -98,7 +101,7 @@ pub struct ShowSpec {
 }
 
 /// A show as created.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ShowOut {
     /// Show id.
     pub show: String,
@@ -107,11 +110,12 @@ pub struct ShowOut {
     /// Seats, or places for general admission.
     pub seat_count: u64,
     /// `seated` or `ga`.
+    #[schema(value_type = String)]
     pub kind: &'static str,
 }
 
 /// A show as the waiting-room page lists it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ShowSummary {
     /// Show id.
     pub show: String,
@@ -122,16 +126,17 @@ pub struct ShowSummary {
 }
 
 /// One seat's state.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct SeatState {
     /// Seat id.
     pub id: String,
     /// `available`, `held` or `sold`.
+    #[schema(value_type = String)]
     pub state: &'static str,
 }
 
 /// `GET /v1/shows/{show}/seats`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct SeatMap {
     /// Show id.
     pub show: String,
@@ -147,7 +152,7 @@ pub struct SeatMap {
 }
 
 /// The body of a hold request.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HoldRequest {
     /// Seats to hold (seated show).
@@ -157,7 +162,7 @@ pub struct HoldRequest {
 }
 
 /// A hold made.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct HoldOut {
     /// Hold id.
     pub hold_id: String,
@@ -210,17 +215,114 @@ impl Wanted {
     }
 }
 
+/// A seat map as served: its JSON and an `ETag` over it.
+#[derive(Debug)]
+pub struct SeatMapSnapshot {
+    /// The body of `GET /v1/shows/{show}/seats`.
+    pub json: Vec<u8>,
+    /// A strong validator of `json` (quoted, as the header carries it).
+    pub etag: String,
+}
+
+impl SeatMapSnapshot {
+    fn of(map: &SeatMap) -> Self {
+        let json = serde_json::to_vec(map).expect("a seat map serializes");
+        let digest = Sha256::digest(&json);
+        let etag = format!(
+            "\"{}\"",
+            digest[..12]
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        );
+        SeatMapSnapshot { json, etag }
+    }
+}
+
+/// Where a seat map read was answered from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapSource {
+    /// This instance's copy, at most the configured age old.
+    Snapshot,
+    /// Read from Redis for this request (the copy was missing or too old).
+    Redis,
+}
+
+/// The terms of one hold: when it is made, how long it lasts (already cut to the session's end)
+/// and the ticket's seat cap in the show.
+#[derive(Debug, Clone, Copy)]
+struct HoldTerms {
+    now: u64,
+    ttl_ms: u64,
+    cap: u32,
+}
+
+/// Most shows whose seat map one instance keeps a copy of.
+const SNAPSHOT_SHOWS: u64 = 10_000;
+
 /// Shows, seat maps and holds. Bookings are the `booking` module's.
 pub struct Seats {
     store: Arc<Store>,
     queue: Arc<Queue>,
     db: PgPool,
+    /// Seat maps served to the public, per show (`None`: no such show), at most `max_age` old;
+    /// absent when `max_age` is 0 (every read goes to Redis).
+    snapshots: Option<Cache<String, Arc<Option<SeatMapSnapshot>>>>,
 }
 
 impl Seats {
-    /// Seats on `store`, with access checked by `queue` and shows recorded in `db`.
-    pub fn new(store: Arc<Store>, queue: Arc<Queue>, db: PgPool) -> Self {
-        Seats { store, queue, db }
+    /// Seats on `store`, with access checked by `queue` and shows recorded in `db`; public
+    /// seat maps are copies at most `map_max_age` old (0: always read from Redis).
+    pub fn new(store: Arc<Store>, queue: Arc<Queue>, db: PgPool, map_max_age: Duration) -> Self {
+        let snapshots = (!map_max_age.is_zero()).then(|| {
+            Cache::builder()
+                .max_capacity(SNAPSHOT_SHOWS)
+                .time_to_live(map_max_age)
+                .build()
+        });
+        Seats {
+            store,
+            queue,
+            db,
+            snapshots,
+        }
+    }
+
+    /// The public seat map of `show`: one read of Redis per show and instance per `max_age`
+    /// however many ask (concurrent askers wait for the one read), unknown shows included.
+    pub async fn seat_map_snapshot(
+        &self,
+        show: &ShowId,
+    ) -> Result<(Arc<Option<SeatMapSnapshot>>, MapSource), SeatError> {
+        let read = async {
+            match self.seats(show).await {
+                Ok(map) => Ok(Arc::new(Some(SeatMapSnapshot::of(&map)))),
+                Err(SeatError::UnknownShow) => Ok(Arc::new(None)),
+                Err(e) => Err(e),
+            }
+        };
+        let Some(cache) = &self.snapshots else {
+            return Ok((read.await?, MapSource::Redis));
+        };
+        let entry = cache
+            .entry(show.as_str().to_owned())
+            .or_try_insert_with(read)
+            .await
+            .map_err(|e| match Arc::try_unwrap(e) {
+                Ok(e) => e,
+                // Others waited on the same failed read: each answers as Redis failing.
+                Err(shared) => SeatError::from(RedisError::from((
+                    redis::ErrorKind::Io,
+                    "seat map read failed",
+                    shared.to_string(),
+                ))),
+            })?;
+        let source = if entry.is_fresh() {
+            MapSource::Redis
+        } else {
+            MapSource::Snapshot
+        };
+        Ok((entry.into_value(), source))
     }
 
     fn show_keys(&self, show: &ShowId) -> ShowKeys {
@@ -369,6 +471,15 @@ impl Seats {
 
     /// The ticket of a valid token for this event (signature, expiry, event; not the session).
     pub fn token_ticket(&self, token: Option<&str>, event: &EventId) -> Result<Ticket, SeatError> {
+        Ok(self.token_access(token, event)?.0)
+    }
+
+    /// The ticket of a valid token for this event and when its session ends, Unix ms.
+    fn token_access(
+        &self,
+        token: Option<&str>,
+        event: &EventId,
+    ) -> Result<(Ticket, u64), SeatError> {
         let token = token.ok_or(SeatError::Unauthorized("an access token is required"))?;
         let now = now_ms() / 1000;
         let claims = self
@@ -384,8 +495,9 @@ impl Seats {
                 "the access token is for another event",
             ));
         }
-        Ticket::parse(&claims.tkt)
-            .map_err(|_| SeatError::Unauthorized("the access token is not valid"))
+        let ticket = Ticket::parse(&claims.tkt)
+            .map_err(|_| SeatError::Unauthorized("the access token is not valid"))?;
+        Ok((ticket, claims.exp.saturating_mul(1000)))
     }
 
     /// Holds seats (all or nothing) or a general-admission quantity.
@@ -397,14 +509,25 @@ impl Seats {
         req: &HoldRequest,
     ) -> Result<HoldOut, SeatError> {
         let event = self.show_event(show).await?;
-        let ticket = self.authorize(token, &event).await?;
+        let (ticket, session_end) = self.token_access(token, &event)?;
+        if !self.queue.is_active(&event, &ticket).await? {
+            return Err(SeatError::Forbidden("the active session has ended"));
+        }
         let cfg = self.queue.event_config(&event).await?;
         let wanted = Wanted::parse(req, cfg.max_seats_per_hold)?;
         let hold_id = Uuid::new_v4();
         let now = now_ms();
-        let ttl_ms = cfg.hold_ttl_seconds * 1000;
+        // A hold ends with the session that made it, at the latest.
+        let ttl_ms = (cfg.hold_ttl_seconds * 1000).min(session_end.saturating_sub(now).max(1));
+        let cap = cfg.seats_per_ticket();
         let reply = self
-            .run_hold(show, &hold_id, &ticket, now, ttl_ms, &wanted)
+            .run_hold(
+                show,
+                &hold_id,
+                &ticket,
+                HoldTerms { now, ttl_ms, cap },
+                &wanted,
+            )
             .await?;
         let available = match reply {
             HoldReply::Held { available } => available,
@@ -426,6 +549,18 @@ impl Seats {
                 return Err(SeatError::Invalid(
                     "this show takes the other kind of hold (seats or quantity)".into(),
                 ))
+            }
+            HoldReply::AlreadyHolding(hold) => {
+                metrics::counter!(telemetry::HOLDS, "result" => "capped").increment(1);
+                return Err(SeatError::Conflict(format!(
+                    "this ticket already holds seats in this show (hold {hold}): book or release that hold first"
+                )));
+            }
+            HoldReply::OverCap(left) => {
+                metrics::counter!(telemetry::HOLDS, "result" => "capped").increment(1);
+                return Err(SeatError::Conflict(format!(
+                    "one ticket may take at most {cap} seats of this show; {left} more allowed"
+                )));
             }
         };
         metrics::counter!(telemetry::HOLDS, "result" => "held").increment(1);
@@ -451,10 +586,10 @@ impl Seats {
         show: &ShowId,
         hold_id: &Uuid,
         ticket: &Ticket,
-        now: u64,
-        ttl_ms: u64,
+        terms: HoldTerms,
         wanted: &Wanted,
     ) -> Result<HoldReply, SeatError> {
+        let HoldTerms { now, ttl_ms, cap } = terms;
         let k = self.show_keys(show);
         let mut call = with_show_keys(&self.store.scripts().hold, &k);
         call.arg(hold_id.to_string())
@@ -463,10 +598,10 @@ impl Seats {
             .arg(ttl_ms);
         match wanted {
             Wanted::Quantity(q) => {
-                call.arg(q.to_string());
+                call.arg(q.to_string()).arg(cap);
             }
             Wanted::Seats(seats) => {
-                call.arg("");
+                call.arg("").arg(cap);
                 for s in seats {
                     call.arg(s);
                 }

@@ -54,6 +54,17 @@ function expectOk(r, what) {
 }
 
 // An event of its own for one test, open, with `config` on top.
+// The public seat map is a snapshot at most WAITROOM_SEAT_MAP_MAX_AGE_MS (1 s) old: wait for it.
+async function seatStates(show, ids, state) {
+  const deadline = Date.now() + 5000;
+  for (;;) {
+    const map = expectOk(await call('GET', `/v1/shows/${show}/seats`), 'seat map');
+    if (ids.every((id) => map.seats.find((x) => x.id === id).state === state)) return map;
+    if (Date.now() > deadline) assert.fail(`${ids} not ${state} within 5 s of the change`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
 async function makeEvent(name, config) {
   const id = `e2e-${RUN}-${name}`;
   expectOk(await admin('PUT', `/admin/v1/events/${id}`, { state: 'open', ...config }), `create event ${id}`);
@@ -147,16 +158,14 @@ test('a buyer sees a position, is admitted, picks seats, holds and books them un
   const left = await page.textContent('#countdown');
   assert.match(left, /^[12]:\d\d$/, `countdown ${left}`);
   for (const s of picked) assert.match(await page.textContent('#held-seats'), new RegExp(s));
-  const map = expectOk(await call('GET', `/v1/shows/${show}/seats`), 'seat map');
-  for (const s of picked) assert.equal(map.seats.find((x) => x.id === s).state, 'held', `${s} held`);
+  await seatStates(show, picked, 'held');
   await page.waitForFunction((l) => document.getElementById('countdown').textContent !== l, left, { timeout: 3000 });
   await shot(page, '04-hold');
 
   await page.click('#confirm-btn');
   await page.waitForSelector('#booking-status[data-status=confirmed]', { timeout: 60000 });
   assert.match(await page.textContent('#booking-status'), /confirmed/i);
-  const after = expectOk(await call('GET', `/v1/shows/${show}/seats`), 'seat map');
-  for (const s of picked) assert.equal(after.seats.find((x) => x.id === s).state, 'sold', `${s} sold`);
+  await seatStates(show, picked, 'sold');
   const booking = (await stored(page, ev)).booking;
   assert.equal(expectOk(await call('GET', `/v1/bookings/${booking.booking_id}`), 'booking').status, 'confirmed');
   await shot(page, '05-confirmed');

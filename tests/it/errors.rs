@@ -9,7 +9,7 @@ use reqwest::StatusCode;
 use serde_json::json;
 
 use crate::common::procs::RedisProcs;
-use crate::common::{assert_error, spawn_app, spawn_app_with, unique, ADMIN_TOKEN};
+use crate::common::{assert_error, eventually, spawn_app, spawn_app_with, unique, ADMIN_TOKEN};
 
 #[tokio::test]
 async fn malformed_bodies_and_ids_are_400_bad_request() {
@@ -330,8 +330,12 @@ async fn redis_unreachable_is_503_with_retry_after_and_never_a_guess() {
         );
         assert_error(r, StatusCode::SERVICE_UNAVAILABLE, "unavailable").await;
     }
-    let ready = app.get("/readyz").await;
-    assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
+    // /readyz answers from a probe at most 1 s old.
+    let ready = eventually(Duration::from_secs(3), "readyz 503", || async {
+        let r = app.get("/readyz").await;
+        (r.status() == StatusCode::SERVICE_UNAVAILABLE).then_some(r)
+    })
+    .await;
     assert!(ready.headers().contains_key("retry-after"));
 }
 

@@ -380,6 +380,11 @@ async fn hybrid_estimates_when_the_line_is_large_and_goes_exact_when_it_shrinks(
         json!({"shards": 4, "admit_per_second": 0, "strategy": "hybrid", "hybrid_min_waiting": 300, "hybrid_max_error": 0.5}),
     )
     .await;
+    // The first in line enters alone: the 400 after it enter 200 at a time, in no set order.
+    let first = app.enter_ok(&ev, "first").await["ticket"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let tickets = enter_many(&app, &ev, "u", 400).await;
     eventually(Duration::from_secs(15), "hybrid estimates", || async {
         let s = app.get_event(&ev).await["stats"].clone();
@@ -397,7 +402,7 @@ async fn hybrid_estimates_when_the_line_is_large_and_goes_exact_when_it_shrinks(
         (app.poll_ok(&ev, &tickets[399]).await["strategy"] == "statistical").then_some(())
     })
     .await;
-    assert_eq!(app.poll_ok(&ev, &tickets[0]).await["strategy"], "timestamp");
+    assert_eq!(app.poll_ok(&ev, &first).await["strategy"], "timestamp");
 
     // 300 leave: 100 waiting is under 80 % of the threshold, so positions become exact again.
     for t in &tickets[..300] {

@@ -27,6 +27,16 @@
   function save() {
     try { localStorage.setItem(storeKey, JSON.stringify(saved)); } catch (e) { /* private mode */ }
   }
+  // Verified entry (docs/api.md): the selling site links here with #user_id=…&entry_token=…
+  // (a fragment, so neither reaches any server log); the page keeps them and drops the fragment.
+  var frag = new URLSearchParams(location.hash.slice(1));
+  if (frag.get('user_id') && frag.get('entry_token')) {
+    if (saved.user !== frag.get('user_id')) saved = {};
+    saved.user = frag.get('user_id');
+    saved.entry = frag.get('entry_token');
+    save();
+    history.replaceState(null, '', location.pathname + location.search);
+  }
   if (!saved.user) {
     var b = new Uint8Array(16);
     crypto.getRandomValues(b);
@@ -122,7 +132,9 @@
 
   // ---- the line ------------------------------------------------------------------------------
   function enter() {
-    api('POST', '/v1/events/' + enc(event) + '/queue', { user_id: saved.user }).then(function (r) { onQueue(r, enter); });
+    var body = { user_id: saved.user };
+    if (saved.entry) body.entry_token = saved.entry;
+    api('POST', '/v1/events/' + enc(event) + '/queue', body).then(function (r) { onQueue(r, enter); });
   }
   function poll() {
     if (!saved.ticket) return enter();
@@ -138,6 +150,11 @@
     if (r.status === 200 && r.data) { ok(); return status(r.data); }
     if (busy(r)) return retryLater(r, again, '');
     if (r.status === 404) { ok(); phase('unknown'); return note('message', 'There is no sale at this address. Please check the link.', 'bad'); }
+    if (r.status === 401) {
+      ok();
+      phase('unknown');
+      return note('message', 'This sale admits only buyers sent by the selling site. Please sign in there and follow its link again.', 'bad');
+    }
     if (r.status === 409 && err(r) === 'event_closed') {
       ok();
       phase('closed');
@@ -341,6 +358,7 @@
       }
       if (e === 'sold_out') { note('seat-error', 'Not enough places are left for that number.'); return loadSeats(); }
       if (r.status === 401 || r.status === 403) return ended();
+      if (r.status === 409) return note('seat-error', msg || 'That did not work.', 'bad');
       if (r.status === 400) {
         var m = /at most (\d+)|1\.\.=(\d+)/.exec(msg);
         if (m) limit = parseInt(m[1] || m[2], 10);

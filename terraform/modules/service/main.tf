@@ -7,17 +7,24 @@ data "aws_caller_identity" "current" {}
 data "aws_partition" "current" {}
 data "aws_region" "current" {}
 
+# The load balancer's nodes live in the VPC: their X-Forwarded-For is believed, nobody else's.
+data "aws_vpc" "this" {
+  id = var.vpc_id
+}
+
 locals {
   container_name = "waitroom"
   log_group_name = "/ecs/${var.name}"
 
-  # Settings the module owns: production mode, listen on all interfaces of the task, and the
-  # address `waitroom healthcheck` probes from inside the container.
+  # Settings the module owns: production mode, listen on all interfaces of the task, the
+  # address `waitroom healthcheck` probes from inside the container, and the load balancer as
+  # the one trusted proxy (per-client limits then key on the buyer's address, not the ALB's).
   environment = merge(var.environment, {
-    RUST_LOG           = var.rust_log
-    WAITROOM_ENV       = "production"
-    WAITROOM_HTTP_ADDR = "0.0.0.0:${var.container_port}"
-    WAITROOM_URL       = "http://127.0.0.1:${var.container_port}"
+    RUST_LOG                 = var.rust_log
+    WAITROOM_ENV             = "production"
+    WAITROOM_HTTP_ADDR       = "0.0.0.0:${var.container_port}"
+    WAITROOM_URL             = "http://127.0.0.1:${var.container_port}"
+    WAITROOM_TRUSTED_PROXIES = join(",", data.aws_vpc.this.cidr_block_associations[*].cidr_block)
   })
 
   secrets = merge(var.secrets, {

@@ -52,6 +52,8 @@ pub fn test_config(prefix: &str) -> Config {
     cfg.kafka.topic = format!("{prefix}.bookings");
     cfg.kafka.group = format!("{prefix}-ledger");
     cfg.admission.tick_ms = 50;
+    // Tests read the seat map right after changing it; the snapshot has its own test.
+    cfg.http.seat_map_max_age_ms = 0;
     cfg.admission.lease_ms = 1500;
     // Debug builds of client and server share 2 cores here; under the 200-way concurrent tests a
     // response can queue for over a second. Production keeps the 1 s default.
