@@ -1,6 +1,7 @@
 -- book.lua: turn a live hold into a sale in Redis (the booking then goes to Kafka).
 --
 -- KEYS[1..4]  the show keys (see show_lib.lua)
+-- KEYS[5]     the show's intents (zset: hold id -> ms marked; publication not known yet)
 -- ARGV[1]     hold id
 -- ARGV[2]     ticket (only the holder may book)
 -- ARGV[3]     now, ms
@@ -11,8 +12,10 @@
 --                              seats given by reconciliation to a sale the ledger holds
 --             {-1}             another ticket's hold
 --
--- The hold leaves the expiry set: a booked hold no longer lapses. If the booking cannot be
--- made durable, unbook.lua puts it back exactly as it was.
+-- The hold leaves the expiry set: a booked hold no longer lapses. A fresh mark records an
+-- intent: the booking must now reach the ledger (the service publishes it and then drops the
+-- intent; if it cannot, the admission leader's sweeper publishes it again). unbook.lua puts the
+-- hold back only when the booking was never published.
 sweep(ARGV[3])
 local raw = redis.call('HGET', KEYS[4], ARGV[1])
 if not raw then return {0} end
@@ -48,6 +51,7 @@ end
 redis.call('HINCRBY', KEYS[1], 'sold', n)
 redis.call('HINCRBY', KEYS[4], 'taken:' .. h.ticket, n)
 redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZADD', KEYS[5], ARGV[3], ARGV[1])
 h.booking = ARGV[4]
 raw = cjson.encode(h)
 redis.call('HSET', KEYS[4], ARGV[1], raw)

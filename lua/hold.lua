@@ -21,6 +21,9 @@
 -- cannot hoard a show: one live hold at a time, and a cap on what it takes in all.
 -- Every check comes before the first write: a refusal changes nothing.
 sweep(ARGV[3])
+-- Run twice (a client retry after the first run's answer was lost): the same hold, no second one.
+local again = redis.call('HGET', KEYS[4], ARGV[1])
+if again and cjson.decode(again).ticket == ARGV[2] then return {1, available()} end
 local kind = redis.call('HGET', KEYS[1], 'kind')
 local expires = tonumber(ARGV[3]) + tonumber(ARGV[4])
 local live = redis.call('HGET', KEYS[4], 'live:' .. ARGV[2])

@@ -4,17 +4,18 @@
 -- KEYS[1..4]  the show keys (see show_lib.lua)
 -- ARGV[1]     now, ms
 -- ARGV[2..]   pairs: seat id, state ('' = AVAILABLE in PostgreSQL, 's:<booking>' = SOLD there);
---             or, for general admission, '#ga' and the quantity a rejected booking gives back
+--             or, for general admission, '#ga' and the quantity of a rejected booking
 -- Returns     number of seats whose state changed
 --
 -- A seat now free in Redis but on hold is left to its hold only when PostgreSQL says it is
 -- available; a seat sold in PostgreSQL always ends sold in Redis, whatever Redis thought.
 sweep(ARGV[1])
 if ARGV[2] == '#ga' then
+  -- The ledger had fewer places than Redis thought: the rejected places are not sold, and they
+  -- are not offered again either (PostgreSQL has no room for them): only `sold` goes down.
   local q = tonumber(ARGV[3])
-  redis.call('HINCRBY', KEYS[1], 'available', q)
   redis.call('HINCRBY', KEYS[1], 'sold', -q)
-  return q
+  return 0
 end
 local changed, avail_delta, sold_delta = 0, 0, 0
 for i = 2, #ARGV, 2 do

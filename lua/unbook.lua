@@ -1,7 +1,9 @@
--- unbook.lua: undo book.lua when the booking could not be made durable: the seats go back to
--- the hold (which lapses at its original expiry), nothing stays sold.
+-- unbook.lua: undo book.lua for a booking that was never published (its sold mark did not reach
+-- a replica): the seats go back to the hold (which lapses at its original expiry), nothing stays
+-- sold. Never used for a booking whose publication was attempted: its outcome is the ledger's.
 --
 -- KEYS[1..4]  the show keys (see show_lib.lua)
+-- KEYS[5]     the show's intents
 -- ARGV[1]     hold id
 -- ARGV[2]     booking id
 -- Returns     1 undone; 0 nothing to undo
@@ -25,4 +27,5 @@ redis.call('HINCRBY', KEYS[4], 'taken:' .. h.ticket, -n)
 h.booking = nil
 redis.call('HSET', KEYS[4], ARGV[1], cjson.encode(h))
 redis.call('ZADD', KEYS[3], h.expires, ARGV[1])
+redis.call('ZREM', KEYS[5], ARGV[1])
 return 1

@@ -66,6 +66,27 @@ impl Signer {
         mac
     }
 
+    /// A hex HMAC of `parts` in `domain` (length-prefixed, so no two part lists collide).
+    pub fn tag(&self, domain: &[u8], parts: &[&[u8]]) -> String {
+        self.mac(domain, parts)
+            .finalize()
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// Whether `hex` is the tag of `parts` in `domain` (compared in constant time).
+    pub fn check_tag(&self, domain: &[u8], parts: &[&[u8]], hex: &str) -> bool {
+        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return false;
+        }
+        let tag: Vec<u8> = (0..32)
+            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("checked hex"))
+            .collect();
+        self.mac(domain, parts).verify_slice(&tag).is_ok()
+    }
+
     /// The ticket of `user` in `event`: the same on every call and every instance.
     pub fn ticket(&self, event: &EventId, user: &UserId) -> Ticket {
         let digest = self

@@ -159,6 +159,13 @@ pub struct RedisConfig {
     /// Prefix of every key (lets several deployments or tests share one cluster).
     #[arg(long, env = "WAITROOM_KEY_PREFIX", default_value = "wr")]
     pub key_prefix: String,
+    /// Replicas of a show's primary that must hold a booking's sold mark before its 201
+    /// (`WAIT`); default 1 on a Redis Cluster, 0 on one non-cluster Redis (no replicas).
+    #[arg(long, env = "WAITROOM_BOOKING_REPLICAS")]
+    pub booking_replicas: Option<u32>,
+    /// How long a booking waits for those replicas, ms; past it the booking is undone (503).
+    #[arg(long, env = "WAITROOM_BOOKING_WAIT_MS", default_value_t = 1000)]
+    pub booking_wait_ms: u64,
     /// Connection timeout, ms.
     #[arg(
         long = "redis-connect-timeout-ms",
@@ -286,6 +293,16 @@ pub struct KafkaConfig {
         default_value_t = 5000
     )]
     pub ack_timeout_ms: u64,
+    /// librdkafka's idempotent producer. Off by default: the ledger applies a booking id once,
+    /// so a duplicate from a retry is harmless, and an idempotent producer whose messages timed
+    /// out needs the broker to bump its epoch, which the local broker (tansu 0.6) cannot: it
+    /// panics and stops serving (docs/reliability.md).
+    #[arg(
+        long = "kafka-idempotence",
+        env = "WAITROOM_KAFKA_IDEMPOTENCE",
+        default_value_t = false
+    )]
+    pub idempotence: bool,
 }
 
 /// Tokens.

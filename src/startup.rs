@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::Signer;
 use crate::booking::producer::{ensure_topic, BookingProducer};
+use crate::booking::service::Durability;
 use crate::booking::{consumer, Bookings};
 use crate::config::{Config, KafkaConfig};
 use crate::http::limits::ClientLimits;
@@ -68,12 +69,20 @@ impl Services {
             db.clone(),
             Duration::from_millis(config.http.seat_map_max_age_ms),
         ));
+        let durability = Durability {
+            replicas: config
+                .redis
+                .booking_replicas
+                .unwrap_or(u32::from(store.conn().is_cluster())),
+            wait: Duration::from_millis(config.redis.booking_wait_ms),
+        };
         let bookings = Arc::new(Bookings::new(
             store,
             queue.clone(),
             seats.clone(),
             db,
             BookingProducer::new(&config.kafka)?,
+            durability,
         ));
         Ok(Services {
             queue,
@@ -172,7 +181,7 @@ impl Application {
             shutdown.clone(),
         )));
         if !self.config.admission.no_admission {
-            let housekeeping: Arc<dyn Housekeeping> = self.state.seats.clone();
+            let housekeeping: Arc<dyn Housekeeping> = self.state.bookings.clone();
             background.push(tokio::spawn(admission::run(
                 self.state.queue.clone(),
                 Some(housekeeping),

@@ -47,8 +47,11 @@ pub const HYBRID_SWITCHES: &str = "waitroom_hybrid_switches_total";
 /// Holds asked for, by `result` (`held`, `conflict`: a seat was taken, `sold_out`, `capped`:
 /// the ticket already holds seats in the show or is at its cap).
 pub const HOLDS: &str = "waitroom_holds_total";
-/// Bookings answered by the API, by `status` (`pending`, `replayed`, `unavailable`, `expired`).
+/// Bookings answered by the API, by `status` (`pending`, `replayed`, `unknown`: 503 with the
+/// booking id, `not_replicated`: undone, `expired`).
 pub const BOOKINGS_API: &str = "waitroom_bookings_total";
+/// Bookings of unknown outcome the sweeper published again until Kafka had them.
+pub const BOOKING_INTENTS_RESOLVED: &str = "waitroom_booking_intents_resolved_total";
 /// Bookings decided by the ledger, by `status` (`confirmed`, `rejected`, `duplicate`).
 pub const BOOKINGS_LEDGER: &str = "waitroom_ledger_bookings_total";
 /// Seats (or places) sold per ledger batch.

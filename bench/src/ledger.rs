@@ -68,13 +68,17 @@ pub async fn run(args: LedgerBenchArgs) -> anyhow::Result<LedgerReport> {
     let producer = BookingProducer::new(&config.kafka)?;
     let messages: Vec<BookingMessage> = seats
         .chunks(args.seats_per_booking)
-        .map(|chunk| BookingMessage {
-            booking_id: uuid::Uuid::new_v4().to_string(),
-            show: show.clone(),
-            event: event.clone(),
-            ticket: uuid::Uuid::new_v4().to_string(),
-            seats: chunk.to_vec(),
-            quantity: 0,
+        .map(|chunk| {
+            BookingMessage {
+                booking_id: uuid::Uuid::new_v4().to_string(),
+                show: show.clone(),
+                event: event.clone(),
+                ticket: uuid::Uuid::new_v4().to_string(),
+                seats: chunk.to_vec(),
+                quantity: 0,
+                mac: String::new(),
+            }
+            .signed(services.queue.signer())
         })
         .collect();
     let started = Instant::now();

@@ -1,9 +1,13 @@
 //! The ledger consumer: Kafka → PostgreSQL, in batches.
 //!
-//! Order of a batch: read messages, apply them all in one PostgreSQL transaction, commit it,
-//! then commit the Kafka offsets, then tell Redis about rejected bookings. A crash anywhere
+//! Order of a batch: read messages, set aside those that are not the service's bookings (out of
+//! form or bounds, not signed), apply the rest in one PostgreSQL transaction — one at a time
+//! under savepoints if PostgreSQL refuses the batch, setting aside the ones it refuses — commit
+//! it, then commit the Kafka offsets, then align Redis (rejected bookings' seats freed,
+//! confirmed bookings' sold marks written again, in case a failover lost them). A crash anywhere
 //! before the offset commit makes the batch come again; applying is idempotent by booking id
-//! ([`super::repo::apply_batch`] answers `Duplicate`), so nothing is lost and nothing applied twice.
+//! ([`super::repo::apply_batch`] answers `Duplicate`), so nothing is lost and nothing applied
+//! twice, and no single message can stop the ledger.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,11 +37,20 @@ const RETRY_APPLY: ExponentialBuilder = ExponentialBuilder::new()
     .with_jitter()
     .without_max_times();
 
-/// One consumed message, owned.
+/// One consumed booking, owned.
 struct Item {
     partition: i32,
     offset: i64,
-    booking: Option<BookingMessage>,
+    booking: BookingMessage,
+}
+
+/// A message set aside (table `dead_letters`).
+struct DeadLetter {
+    partition: i32,
+    offset: i64,
+    booking_id: Option<String>,
+    reason: String,
+    payload: Vec<u8>,
 }
 
 /// Runs the ledger until `shutdown` is cancelled.
@@ -53,6 +66,9 @@ pub async fn run(
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest")
             .set("session.timeout.ms", "6000")
+            // Also the longest a rejoin waits for the group's other members: a ledger cut off
+            // from the broker for longer than its session rejoins within this, not 5 minutes.
+            .set("max.poll.interval.ms", "30000")
             .create()
             .context("creating the ledger consumer")?,
     );
@@ -83,24 +99,9 @@ pub async fn run(
                 _ => break,
             }
         }
-        let items: Vec<Item> = batch
-            .iter()
-            .map(|m| Item {
-                partition: m.partition(),
-                offset: m.offset(),
-                booking: m.payload().and_then(|p| serde_json::from_slice(p).ok()),
-            })
-            .collect();
-        for it in items.iter().filter(|it| it.booking.is_none()) {
-            metrics::counter!(telemetry::LEDGER_DEAD_LETTERS).increment(1);
-            tracing::error!(
-                partition = it.partition,
-                offset = it.offset,
-                "ledger: unreadable message set aside"
-            );
-        }
+        let (items, dead) = sort(&batch, &bookings);
         // Apply until it succeeds: the offsets must not move past an unapplied booking.
-        let applying = (|| apply_batch(&db, &items))
+        let applying = (|| apply_batch(&db, &cfg.topic, &items, &dead))
             .retry(RETRY_APPLY)
             .notify(|e, wait| {
                 tracing::error!(error = %e, retry_in = ?wait, "ledger: batch not applied; retrying")
@@ -110,8 +111,8 @@ pub async fn run(
             applied = applying => applied.context("a batch retried without end gave up")?,
         };
         let mut tpl = TopicPartitionList::new();
-        for it in &items {
-            tpl.add_partition_offset(&cfg.topic, it.partition, Offset::Offset(it.offset + 1))
+        for m in &batch {
+            tpl.add_partition_offset(&cfg.topic, m.partition(), Offset::Offset(m.offset() + 1))
                 .context("offset list")?;
         }
         if let Err(e) = consumer.commit(&tpl, CommitMode::Sync) {
@@ -124,15 +125,56 @@ pub async fn run(
         tokio::task::spawn_blocking(move || {
             metrics::gauge!(telemetry::LEDGER_LAG).set(lag(&c, &topic) as f64);
         });
+        let mut confirmed = Vec::new();
         for (booking, decision) in decisions {
-            if let Decision::Rejected(truth) = decision {
-                if let Err(e) = bookings.settle_rejected(&booking, &truth).await {
-                    tracing::warn!(error = %e, booking = %booking.booking_id,
-                        "ledger: could not align Redis with a rejected booking; reconcile will");
+            match decision {
+                Decision::Rejected(truth) => {
+                    if let Err(e) = bookings.settle_rejected(&booking, &truth).await {
+                        tracing::warn!(error = %e, booking = %booking.booking_id,
+                            "ledger: could not align Redis with a rejected booking; reconcile will");
+                    }
                 }
+                Decision::Confirmed => confirmed.push(booking),
+                Decision::Duplicate => {}
             }
         }
+        if let Err(e) = bookings.mark_confirmed(&confirmed).await {
+            tracing::warn!(error = %e, "ledger: could not write confirmed sold marks to Redis");
+        }
     }
+}
+
+/// Splits a batch into the bookings to apply and the messages to set aside.
+fn sort(
+    batch: &[rdkafka::message::OwnedMessage],
+    bookings: &Bookings,
+) -> (Vec<Item>, Vec<DeadLetter>) {
+    let (mut items, mut dead) = (Vec::new(), Vec::new());
+    for m in batch {
+        let payload = m.payload().unwrap_or_default();
+        let refused = match serde_json::from_slice::<BookingMessage>(payload) {
+            Err(_) => Err((None, "not a booking message".to_owned())),
+            Ok(b) => match b.refusal(bookings.signer()) {
+                Some(reason) => Err((Some(b.booking_id), reason)),
+                None => Ok(b),
+            },
+        };
+        match refused {
+            Ok(booking) => items.push(Item {
+                partition: m.partition(),
+                offset: m.offset(),
+                booking,
+            }),
+            Err((booking_id, reason)) => dead.push(DeadLetter {
+                partition: m.partition(),
+                offset: m.offset(),
+                booking_id,
+                reason,
+                payload: payload.to_vec(),
+            }),
+        }
+    }
+    (items, dead)
 }
 
 /// Messages on the topic not yet applied: high watermark − position, over the partitions this
@@ -158,14 +200,59 @@ fn lag(consumer: &StreamConsumer, topic: &str) -> i64 {
 
 async fn apply_batch(
     db: &PgPool,
+    topic: &str,
     items: &[Item],
+    dead: &[DeadLetter],
 ) -> Result<Vec<(BookingMessage, Decision)>, sqlx::Error> {
-    let batch: Vec<BookingMessage> = items.iter().filter_map(|it| it.booking.clone()).collect();
+    let batch: Vec<BookingMessage> = items.iter().map(|it| it.booking.clone()).collect();
     let mut tx = db.begin().await?;
-    let decisions = repo::apply_batch(&mut tx, &batch).await?;
+    let mut set_aside = set_aside(&mut tx, topic, dead.iter()).await?;
+    sqlx::query("SAVEPOINT batch").execute(&mut *tx).await?;
+    let decided: Vec<(BookingMessage, Decision)> = match repo::apply_batch(&mut tx, &batch).await {
+        Ok(d) => batch.into_iter().zip(d).collect(),
+        // PostgreSQL refuses one of them (an unknown show, say): one at a time, each under its
+        // own savepoint, and the refused ones set aside.
+        Err(sqlx::Error::Database(e)) => {
+            tracing::warn!(error = %e, "ledger: batch refused; applying one by one");
+            sqlx::query("ROLLBACK TO SAVEPOINT batch")
+                .execute(&mut *tx)
+                .await?;
+            let mut out = Vec::new();
+            for it in items {
+                sqlx::query("SAVEPOINT one").execute(&mut *tx).await?;
+                match repo::apply_batch(&mut tx, std::slice::from_ref(&it.booking)).await {
+                    Ok(mut d) => {
+                        sqlx::query("RELEASE SAVEPOINT one")
+                            .execute(&mut *tx)
+                            .await?;
+                        out.push((it.booking.clone(), d.remove(0)));
+                    }
+                    Err(sqlx::Error::Database(e)) => {
+                        sqlx::query("ROLLBACK TO SAVEPOINT one")
+                            .execute(&mut *tx)
+                            .await?;
+                        let refused = DeadLetter {
+                            partition: it.partition,
+                            offset: it.offset,
+                            booking_id: Some(it.booking.booking_id.clone()),
+                            reason: format!("refused by PostgreSQL: {}", e.message()),
+                            payload: serde_json::to_vec(&it.booking).unwrap_or_default(),
+                        };
+                        set_aside += set_aside_one(&mut tx, topic, &refused).await?;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            out
+        }
+        Err(e) => return Err(e),
+    };
     tx.commit().await?;
+    if set_aside > 0 {
+        metrics::counter!(telemetry::LEDGER_DEAD_LETTERS).increment(set_aside);
+    }
     let mut sold = 0u64;
-    for (b, d) in batch.iter().zip(&decisions) {
+    for (b, d) in &decided {
         let status = match d {
             Decision::Confirmed => {
                 sold += b.seats.len().max(b.quantity as usize) as u64;
@@ -178,5 +265,40 @@ async fn apply_batch(
     }
     // Seats (or places) this committed batch sold.
     metrics::histogram!(telemetry::LEDGER_BATCH_SEATS).record(sold as f64);
-    Ok(batch.into_iter().zip(decisions).collect())
+    Ok(decided)
+}
+
+/// Records messages set aside; returns how many were new (a redelivered batch records none).
+async fn set_aside<'a>(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    topic: &str,
+    dead: impl Iterator<Item = &'a DeadLetter>,
+) -> Result<u64, sqlx::Error> {
+    let mut n = 0;
+    for d in dead {
+        n += set_aside_one(tx, topic, d).await?;
+    }
+    Ok(n)
+}
+
+async fn set_aside_one(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    topic: &str,
+    d: &DeadLetter,
+) -> Result<u64, sqlx::Error> {
+    tracing::error!(partition = d.partition, offset = d.offset, booking = ?d.booking_id,
+        reason = %d.reason, "ledger: message set aside (dead_letters)");
+    Ok(sqlx::query(
+        "INSERT INTO dead_letters (topic, kafka_partition, kafka_offset, booking_id, reason, payload) \
+         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+    )
+    .bind(topic)
+    .bind(d.partition)
+    .bind(d.offset)
+    .bind(&d.booking_id)
+    .bind(&d.reason)
+    .bind(&d.payload)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected())
 }

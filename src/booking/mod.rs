@@ -20,7 +20,8 @@ pub use service::{BookingOut, Bookings, Drift};
 use redis::RedisError;
 use serde::{Deserialize, Serialize};
 
-use crate::ids::BadId;
+use crate::auth::Signer;
+use crate::ids::{BadId, EventId, SeatId, ShowId, Ticket};
 use crate::queue::QueueError;
 use crate::seats::SeatError;
 
@@ -41,6 +42,70 @@ pub struct BookingMessage {
     /// Places (general admission), 0 for a seated show.
     #[serde(default)]
     pub quantity: u32,
+    /// HMAC of the fields above under the service's secret: only the service sells
+    /// ([`BookingMessage::signed`]); the ledger sets aside a message without a valid one.
+    #[serde(default)]
+    pub mac: String,
+}
+
+/// Most seats or places in one booking the ledger accepts.
+pub const MAX_BOOKING_SEATS: usize = 100;
+
+const MAC_DOMAIN: &[u8] = b"waitroom-booking-message-v1";
+
+impl BookingMessage {
+    fn mac_parts(&self) -> Vec<Vec<u8>> {
+        vec![
+            self.booking_id.as_bytes().to_vec(),
+            self.show.as_bytes().to_vec(),
+            self.event.as_bytes().to_vec(),
+            self.ticket.as_bytes().to_vec(),
+            self.seats.join("\n").into_bytes(),
+            self.quantity.to_string().into_bytes(),
+        ]
+    }
+
+    /// The message with its MAC set.
+    pub fn signed(mut self, signer: &Signer) -> Self {
+        let parts = self.mac_parts();
+        let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+        self.mac = signer.tag(MAC_DOMAIN, &refs);
+        self
+    }
+
+    /// Why the ledger must not apply this message, if it must not: a field out of form or
+    /// bounds, or a MAC that is not the service's.
+    pub fn refusal(&self, signer: &Signer) -> Option<String> {
+        if uuid::Uuid::parse_str(&self.booking_id).is_err() {
+            return Some("booking_id is not a UUID".into());
+        }
+        if ShowId::parse(&self.show).is_err() || EventId::parse(&self.event).is_err() {
+            return Some("show or event id out of form".into());
+        }
+        if Ticket::parse(&self.ticket).is_err() {
+            return Some("ticket is not a UUID".into());
+        }
+        let seated = !self.seats.is_empty();
+        if seated == (self.quantity > 0) {
+            return Some("a booking names seats or a quantity, one of the two".into());
+        }
+        if self.seats.len() > MAX_BOOKING_SEATS || self.quantity as usize > MAX_BOOKING_SEATS {
+            return Some(format!("more than {MAX_BOOKING_SEATS} seats"));
+        }
+        if self.seats.iter().any(|s| SeatId::parse(s).is_err()) {
+            return Some("a seat id out of form".into());
+        }
+        let unique: std::collections::HashSet<&String> = self.seats.iter().collect();
+        if unique.len() != self.seats.len() {
+            return Some("a seat named twice".into());
+        }
+        let parts = self.mac_parts();
+        let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+        if !signer.check_tag(MAC_DOMAIN, &refs, &self.mac) {
+            return Some("not signed by the service".into());
+        }
+        None
+    }
 }
 
 /// Errors of the booking pipeline.
@@ -64,6 +129,16 @@ pub enum BookingError {
     /// Kafka did not acknowledge in time, or refused.
     #[error("kafka: {0}")]
     Kafka(String),
+    /// The booking exists in Redis and its publication was attempted, but whether Kafka has it
+    /// is not known yet: the answer is 503 with the booking id; the ledger decides it.
+    #[error("the outcome of booking {booking_id} is not known yet")]
+    Unknown {
+        /// The booking the buyer can follow.
+        booking_id: String,
+    },
+    /// The seats' sold mark did not reach a replica: the booking was undone, nothing sold.
+    #[error("the booking could not be made safe against a failover; nothing was booked")]
+    NotReplicated,
     /// PostgreSQL failed.
     #[error(transparent)]
     Db(#[from] sqlx::Error),

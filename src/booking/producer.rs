@@ -1,11 +1,13 @@
 //! Publishing bookings to Kafka.
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::{BookingError, BookingMessage};
@@ -14,28 +16,39 @@ use crate::config::KafkaConfig;
 /// Partitions of a topic created by the service.
 const PARTITIONS: i32 = 3;
 
-/// An idempotent producer for the bookings topic.
+/// Fewest seconds between two replacements of the producer.
+const RESET_EVERY: Duration = Duration::from_secs(5);
+
+/// The producer of the bookings topic.
+///
+/// When a publish fails with anything but a plain timeout (or the client reports a fatal error),
+/// the producer is replaced by a new one at most every [`RESET_EVERY`]: a producer can be left
+/// unable to produce, and bookings of unknown outcome are published again by the sweeper anyway.
 #[derive(Clone)]
 pub struct BookingProducer {
-    producer: FutureProducer,
-    topic: String,
+    producer: Arc<RwLock<FutureProducer>>,
+    last_reset: Arc<Mutex<Instant>>,
+    cfg: KafkaConfig,
     ack_timeout: Duration,
 }
 
+fn producer(cfg: &KafkaConfig) -> anyhow::Result<FutureProducer> {
+    cfg.client()
+        .set("enable.idempotence", cfg.idempotence.to_string())
+        .set("acks", "all")
+        .set("linger.ms", "1")
+        .set("message.timeout.ms", cfg.ack_timeout_ms.to_string())
+        .create()
+        .context("creating the Kafka producer")
+}
+
 impl BookingProducer {
-    /// A producer with `acks=all` and idempotence on (no duplicates or reordering on retry).
+    /// A producer with `acks=all` (idempotence as configured: off by default).
     pub fn new(cfg: &KafkaConfig) -> anyhow::Result<Self> {
-        let producer: FutureProducer = cfg
-            .client()
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("linger.ms", "1")
-            .set("message.timeout.ms", cfg.ack_timeout_ms.to_string())
-            .create()
-            .context("creating the Kafka producer")?;
         Ok(BookingProducer {
-            producer,
-            topic: cfg.topic.clone(),
+            producer: Arc::new(RwLock::new(producer(cfg)?)),
+            last_reset: Arc::new(Mutex::new(Instant::now())),
+            cfg: cfg.clone(),
             ack_timeout: Duration::from_millis(cfg.ack_timeout_ms),
         })
     }
@@ -43,14 +56,40 @@ impl BookingProducer {
     /// Publishes one booking and waits until the broker has it (or fails).
     pub async fn publish(&self, booking: &BookingMessage) -> Result<(), BookingError> {
         let payload = serde_json::to_vec(booking).expect("booking serializes");
-        let record = FutureRecord::to(&self.topic)
+        let record = FutureRecord::to(&self.cfg.topic)
             .key(booking.show.as_bytes())
             .payload(&payload);
-        self.producer
-            .send(record, self.ack_timeout)
-            .await
-            .map(|_| ())
-            .map_err(|(e, _)| BookingError::Kafka(e.to_string()))
+        let producer = self.producer.read().expect("not poisoned").clone();
+        let sent = producer.send(record, self.ack_timeout).await;
+        match sent {
+            Ok(_) => Ok(()),
+            Err((e, _)) => {
+                let timed_out = matches!(
+                    e,
+                    KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut)
+                );
+                if !timed_out || producer.client().fatal_error().is_some() {
+                    self.replace();
+                }
+                Err(BookingError::Kafka(e.to_string()))
+            }
+        }
+    }
+
+    /// A new producer in place of the current one (at most every [`RESET_EVERY`]).
+    fn replace(&self) {
+        let mut last = self.last_reset.lock().expect("not poisoned");
+        if last.elapsed() < RESET_EVERY {
+            return;
+        }
+        *last = Instant::now();
+        match producer(&self.cfg) {
+            Ok(p) => {
+                *self.producer.write().expect("not poisoned") = p;
+                tracing::warn!("kafka producer replaced after a failed publish");
+            }
+            Err(e) => tracing::warn!(error = %e, "kafka producer could not be replaced"),
+        }
     }
 }
 

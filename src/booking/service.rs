@@ -2,14 +2,20 @@
 //! undo, finish — and what follows from the ledger: settling rejected bookings into Redis,
 //! answering a booking's status, and reconciling Redis with PostgreSQL.
 //!
-//! The invariant this module keeps: a 201 for a booking is sent only after Kafka acknowledged
-//! it — if that fails, the Redis step is undone and the answer is 503, so nothing is sold that
-//! is not on its way to the ledger.
+//! The promises this module keeps (docs/reliability.md):
+//! - a 201 is sent only after the sold mark reached a replica (`WAIT`) and Kafka acknowledged
+//!   the booking;
+//! - nothing is undone on a guess: once publication was attempted, the outcome is the ledger's.
+//!   An unknown outcome answers 503 with the booking id, and the booking's intent record makes
+//!   the admission leader's sweeper publish it again until Kafka has it;
+//! - the critical section (mark, wait, publish) runs in its own task: a dropped request does not
+//!   cut it short, and a crashed process leaves an intent the sweeper resolves.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use redis::AsyncCommands as _;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
@@ -18,6 +24,7 @@ use uuid::Uuid;
 use super::producer::BookingProducer;
 use super::{repo, BookingError, BookingMessage};
 use crate::ids::{parse_uuid, EventId, ShowId, Ticket};
+use crate::queue::admission::Housekeeping;
 use crate::queue::{now_ms, Queue};
 use crate::redis::replies::BookReply;
 use crate::redis::scripts::with_show_keys;
@@ -28,6 +35,20 @@ use crate::telemetry;
 /// How long a booking's pending record stays in Redis (it only answers GET until the ledger has
 /// the booking; the ledger normally takes milliseconds).
 const PENDING_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// How old a booking's intent must be before the sweeper publishes it again (the request that
+/// made it has had its chance: the Kafka ack timeout is below this by default).
+pub const INTENT_GRACE: Duration = Duration::from_secs(10);
+
+/// What a 201 waits for besides Kafka: `replicas` replicas of the show's primary acknowledging
+/// the sold mark, within `wait` (`WAITROOM_BOOKING_REPLICAS`, `WAITROOM_BOOKING_WAIT_MS`).
+#[derive(Debug, Clone, Copy)]
+pub struct Durability {
+    /// Replicas that must have the mark (0: do not wait, for a Redis without replicas).
+    pub replicas: u32,
+    /// How long to wait for them.
+    pub wait: Duration,
+}
 
 /// A booking as the API shows it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -100,6 +121,7 @@ pub struct Bookings {
     seats: Arc<Seats>,
     db: PgPool,
     producer: BookingProducer,
+    durability: Durability,
 }
 
 impl Bookings {
@@ -111,6 +133,7 @@ impl Bookings {
         seats: Arc<Seats>,
         db: PgPool,
         producer: BookingProducer,
+        durability: Durability,
     ) -> Self {
         Bookings {
             store,
@@ -118,6 +141,7 @@ impl Bookings {
             seats,
             db,
             producer,
+            durability,
         }
     }
 
@@ -126,27 +150,225 @@ impl Bookings {
         &self.db
     }
 
-    /// Confirms a hold: marks its seats sold in Redis, makes the booking durable in Kafka, then
-    /// answers. If Kafka does not acknowledge, the Redis step is undone and the caller gets 503.
+    /// The signer of booking messages (the ledger checks them with it).
+    pub fn signer(&self) -> &crate::auth::Signer {
+        self.queue.signer()
+    }
+
+    /// Writes the confirmed bookings' sold marks into Redis again: a no-op normally, and the
+    /// repair when a failover promoted a replica that had not received a mark (a hold that took
+    /// such a seat meanwhile loses it, and its booking answers 409 `hold_expired`).
+    pub async fn mark_confirmed(&self, confirmed: &[BookingMessage]) -> Result<(), BookingError> {
+        let mut by_show: HashMap<&str, Vec<String>> = HashMap::new();
+        for b in confirmed.iter().filter(|b| !b.seats.is_empty()) {
+            let pairs = by_show.entry(b.show.as_str()).or_default();
+            for seat in &b.seats {
+                pairs.push(seat.clone());
+                pairs.push(format!("s:{}", b.booking_id));
+            }
+        }
+        for (show, pairs) in by_show {
+            self.settle(&ShowId::parse(show)?, &pairs).await?;
+        }
+        Ok(())
+    }
+
+    /// Confirms a hold. The request checks the token; the rest runs in a task of its own that
+    /// the request only awaits (see the module's promises).
     #[tracing::instrument(skip_all, fields(show = %show))]
     pub async fn book(
-        &self,
+        self: &Arc<Self>,
         show: &ShowId,
         token: Option<&str>,
         hold: &str,
     ) -> Result<BookingOut, BookingError> {
         let req = self.authorize(show, token, hold).await?;
+        let booking_id = req.booking_id.to_string();
+        let this = Arc::clone(self);
+        match tokio::spawn(async move { this.commit(req).await }).await {
+            Ok(done) => done,
+            // The task panicked: whatever it did is in Redis, and the sweeper finishes it.
+            Err(e) => {
+                tracing::error!(error = %e, booking = %booking_id, "booking task failed");
+                Err(BookingError::Unknown { booking_id })
+            }
+        }
+    }
+
+    /// The critical section: mark sold, make the mark survive a failover, record the booking as
+    /// pending, publish, drop the intent, finish.
+    async fn commit(&self, req: Request) -> Result<BookingOut, BookingError> {
         let (rec, fresh) = self.mark_sold(&req).await?;
         let msg = BookingMessage {
             booking_id: req.booking_id.to_string(),
-            show: show.to_string(),
+            show: req.show.to_string(),
             event: req.event.to_string(),
             ticket: rec.ticket.clone(),
             seats: rec.seats.clone().unwrap_or_default(),
             quantity: rec.quantity.unwrap_or(0),
+            mac: String::new(),
+        }
+        .signed(self.queue.signer());
+        if fresh {
+            self.replicated(&req).await?;
+        }
+        let unknown = || BookingError::Unknown {
+            booking_id: msg.booking_id.clone(),
         };
-        self.publish_or_undo(&req, &msg, fresh).await?;
+        // Pending before publishing: while the outcome is unknown, the buyer can follow it.
+        if let Err(e) = self.record_pending(&msg).await {
+            tracing::warn!(error = %e, booking = %msg.booking_id, "pending record not written; the sweeper publishes");
+            return Err(unknown());
+        }
+        let started = Instant::now();
+        if let Err(e) = self.producer.publish(&msg).await {
+            metrics::counter!(telemetry::BOOKINGS_API, "status" => "unknown").increment(1);
+            tracing::warn!(error = %e, booking = %msg.booking_id,
+                "kafka did not acknowledge; the booking stays sold and the sweeper publishes it again");
+            return Err(unknown());
+        }
+        metrics::histogram!(telemetry::KAFKA_PRODUCE_LATENCY)
+            .record(started.elapsed().as_secs_f64());
+        // Kafka has it: the ledger will decide. A failure here only leaves work for the sweeper.
+        let _: Result<i64, _> = self
+            .store
+            .conn()
+            .zrem(
+                self.store.keys().show(req.show.as_str()).intents,
+                req.hold.to_string(),
+            )
+            .await;
         self.finish(&req, msg, rec.quantity, fresh).await
+    }
+
+    /// Step 2b: the sold mark has reached `replicas` replicas of the show's primary, or the
+    /// booking is undone (it was never published, so nothing else can know of it) and the
+    /// answer is 503: a 201 must not rest on a mark a failover can forget.
+    async fn replicated(&self, req: &Request) -> Result<(), BookingError> {
+        let Durability { replicas, wait } = self.durability;
+        if replicas == 0 {
+            return Ok(());
+        }
+        let k = self.store.keys().show(req.show.as_str());
+        let acked = self
+            .store
+            .conn()
+            .wait_replicas(&k.info, replicas, wait.as_millis() as u64)
+            .await;
+        match acked {
+            Ok(n) if n >= replicas => return Ok(()),
+            Ok(n) => {
+                tracing::warn!(booking = %req.booking_id, acked = n, "sold mark not replicated in time; undoing")
+            }
+            Err(e) => tracing::warn!(booking = %req.booking_id, error = %e, "WAIT failed; undoing"),
+        }
+        metrics::counter!(telemetry::BOOKINGS_API, "status" => "not_replicated").increment(1);
+        let mut undo = with_show_keys(&self.store.scripts().unbook, &k);
+        let undone: Result<i64, _> = undo
+            .key(&k.intents)
+            .arg(req.hold.to_string())
+            .arg(req.booking_id.to_string())
+            .invoke_async(&mut self.store.conn())
+            .await;
+        match undone {
+            Ok(_) => Err(BookingError::NotReplicated),
+            // Not undone: the intent stays, the sweeper publishes it, the ledger decides it.
+            Err(_) => Err(BookingError::Unknown {
+                booking_id: req.booking_id.to_string(),
+            }),
+        }
+    }
+
+    /// The pending record that answers `GET /v1/bookings/{id}` until the ledger has it.
+    async fn record_pending(&self, msg: &BookingMessage) -> Result<(), BookingError> {
+        let pending = Pending {
+            show: msg.show.clone(),
+            seats: msg.seats.clone(),
+            quantity: msg.quantity,
+        };
+        let () = self
+            .store
+            .conn()
+            .set_ex(
+                self.store.keys().booking(&msg.booking_id),
+                serde_json::to_string(&pending).expect("json"),
+                PENDING_TTL.as_secs(),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Publishes again every booking marked sold at least [`INTENT_GRACE`] ago whose
+    /// publication is not known to have succeeded (its request failed, timed out, or its process
+    /// died), until Kafka acknowledges it or the ledger has decided it. Run by the admission
+    /// leader for each event (see [`Housekeeping`]). Returns how many were resolved.
+    pub async fn resolve_intents(&self, event: &EventId) -> Result<usize, BookingError> {
+        let shows: Vec<String> = self
+            .store
+            .conn()
+            .smembers(self.store.keys().event_shows(event.as_str()))
+            .await?;
+        let before = now_ms().saturating_sub(INTENT_GRACE.as_millis() as u64);
+        let mut resolved = 0;
+        for show in shows {
+            let k = self.store.keys().show(&show);
+            let holds: Vec<String> = self
+                .store
+                .conn()
+                .zrangebyscore_limit(&k.intents, "-inf", before, 0, 100)
+                .await?;
+            for hold in holds {
+                if self.resolve_intent(event, &show, &hold).await? {
+                    let _: i64 = self.store.conn().zrem(&k.intents, &hold).await?;
+                    resolved += 1;
+                }
+            }
+        }
+        if resolved > 0 {
+            metrics::counter!(telemetry::BOOKING_INTENTS_RESOLVED).increment(resolved as u64);
+            tracing::info!(event = %event, resolved, "bookings of unknown outcome published again");
+        }
+        Ok(resolved)
+    }
+
+    /// One intent: true when it needs nothing more (Kafka has it, the ledger decided it, or the
+    /// hold is no longer booked).
+    async fn resolve_intent(
+        &self,
+        event: &EventId,
+        show: &str,
+        hold: &str,
+    ) -> Result<bool, BookingError> {
+        let k = self.store.keys().show(show);
+        let raw: Option<String> = self.store.conn().hget(&k.holdrec, hold).await?;
+        let Some(rec) = raw.and_then(|r| HoldRec::parse(&r).ok()) else {
+            return Ok(true);
+        };
+        let Some(booking_id) = rec.booking else {
+            return Ok(true);
+        };
+        let id = parse_uuid("booking id", &booking_id)?;
+        if repo::find(&self.db, id).await?.is_some() {
+            return Ok(true);
+        }
+        let msg = BookingMessage {
+            booking_id,
+            show: show.to_owned(),
+            event: event.to_string(),
+            ticket: rec.ticket,
+            seats: rec.seats.unwrap_or_default(),
+            quantity: rec.quantity.unwrap_or(0),
+            mac: String::new(),
+        }
+        .signed(self.queue.signer());
+        self.record_pending(&msg).await?;
+        match self.producer.publish(&msg).await {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                tracing::warn!(error = %e, booking = %msg.booking_id, "sweeper: kafka still not acknowledging");
+                Ok(false)
+            }
+        }
     }
 
     /// Step 1: the hold id, the show's event, and a token for it. A new booking needs a live
@@ -192,6 +414,7 @@ impl Bookings {
         let k = self.store.keys().show(req.show.as_str());
         let mut call = with_show_keys(&self.store.scripts().book, &k);
         let reply: BookReply = call
+            .key(&k.intents)
             .arg(req.hold.to_string())
             .arg(req.ticket.to_member())
             .arg(now_ms())
@@ -211,41 +434,7 @@ impl Bookings {
         }
     }
 
-    /// Step 3: publish, and wait for the broker's acknowledgement. A replay publishes again:
-    /// the first attempt may have died before Kafka had it; the ledger applies a booking id
-    /// once, so a second copy is harmless. When Kafka does not acknowledge a booking marked
-    /// now, the mark is undone.
-    async fn publish_or_undo(
-        &self,
-        req: &Request,
-        msg: &BookingMessage,
-        fresh: bool,
-    ) -> Result<(), BookingError> {
-        let started = Instant::now();
-        let Err(e) = self.producer.publish(msg).await else {
-            metrics::histogram!(telemetry::KAFKA_PRODUCE_LATENCY)
-                .record(started.elapsed().as_secs_f64());
-            return Ok(());
-        };
-        if fresh {
-            let k = self.store.keys().show(req.show.as_str());
-            let mut undo = with_show_keys(&self.store.scripts().unbook, &k);
-            let undone: Result<i64, _> = undo
-                .arg(req.hold.to_string())
-                .arg(req.booking_id.to_string())
-                .invoke_async(&mut self.store.conn())
-                .await;
-            if let Err(re) = undone {
-                tracing::error!(error = %re, booking = %req.booking_id,
-                    "booking neither durable nor undone in Redis; reconcile will free its seats");
-            }
-        }
-        metrics::counter!(telemetry::BOOKINGS_API, "status" => "unavailable").increment(1);
-        Err(e)
-    }
-
-    /// Step 4: record the booking as pending (answers GET until the ledger has it), end the
-    /// buyer's session so the slot goes to the next person, and answer.
+    /// Step 4: end the buyer's session so the slot goes to the next person, and answer.
     async fn finish(
         &self,
         req: &Request,
@@ -253,20 +442,6 @@ impl Bookings {
         quantity: Option<u32>,
         fresh: bool,
     ) -> Result<BookingOut, BookingError> {
-        let pending = Pending {
-            show: msg.show.clone(),
-            seats: msg.seats.clone(),
-            quantity: msg.quantity,
-        };
-        let () = self
-            .store
-            .conn()
-            .set_ex(
-                self.store.keys().booking(&msg.booking_id),
-                serde_json::to_string(&pending).expect("json"),
-                PENDING_TTL.as_secs(),
-            )
-            .await?;
         self.queue.end_session(&req.event, &req.ticket).await?;
         metrics::counter!(telemetry::BOOKINGS_API, "status" => if fresh { "pending" } else { "replayed" })
             .increment(1);
@@ -420,4 +595,18 @@ fn compare(
         pairs.push(ledger_sold.map(|b| format!("s:{b}")).unwrap_or_default());
     }
     (drift, pairs)
+}
+
+/// The admission leader's housekeeping for an event: holds lapse (seats), then bookings of
+/// unknown outcome are published again.
+impl Housekeeping for Bookings {
+    fn sweep<'a>(&'a self, event: &'a EventId) -> BoxFuture<'a, anyhow::Result<bool>> {
+        Box::pin(async move {
+            let sold_out = self.seats.sweep_event(event).await?;
+            if let Err(e) = self.resolve_intents(event).await {
+                tracing::warn!(event = %event, error = %e, "sweeper: booking intents not resolved this time");
+            }
+            Ok(sold_out)
+        })
+    }
 }

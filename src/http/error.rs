@@ -60,6 +60,10 @@ pub enum ApiError {
     /// 503 `unavailable`: a back end could not answer; nothing was decided.
     #[error("{0}")]
     Unavailable(&'static str),
+    /// 503 `unavailable` with `booking_id`: the booking exists but its outcome is not known yet;
+    /// `GET /v1/bookings/{id}` (or the same request again) tells it. Nothing is undone.
+    #[error("the booking is not confirmed yet; follow it with GET /v1/bookings/{0}")]
+    BookingPending(String),
 }
 
 impl ApiError {
@@ -77,7 +81,9 @@ impl ApiError {
             | ApiError::HoldExpired => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable(_) | ApiError::BookingPending(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 
@@ -95,7 +101,7 @@ impl ApiError {
             ApiError::HoldExpired => "hold_expired",
             ApiError::PayloadTooLarge => "payload_too_large",
             ApiError::RateLimited(_) => "rate_limited",
-            ApiError::Unavailable(_) => "unavailable",
+            ApiError::Unavailable(_) | ApiError::BookingPending(_) => "unavailable",
         }
     }
 }
@@ -106,10 +112,13 @@ impl IntoResponse for ApiError {
         if let ApiError::SeatUnavailable(seats) = &self {
             body["seats"] = json!(seats);
         }
+        if let ApiError::BookingPending(id) = &self {
+            body["booking_id"] = json!(id);
+        }
         let body = Json(body);
         let retry_after = match &self {
             ApiError::RateLimited(s) => Some(*s),
-            ApiError::Unavailable(_) => Some(RETRY_AFTER_UNAVAILABLE),
+            ApiError::Unavailable(_) | ApiError::BookingPending(_) => Some(RETRY_AFTER_UNAVAILABLE),
             _ => None,
         };
         let mut resp = (self.status_code(), body).into_response();
@@ -181,9 +190,13 @@ impl From<BookingError> for ApiError {
             BookingError::Seats(e) => e.into(),
             BookingError::Db(e) => SeatError::Db(e).into(),
             BookingError::Kafka(e) => {
-                tracing::error!(error = %e, "kafka did not take a booking; undone");
+                tracing::error!(error = %e, "kafka did not take a booking");
                 ApiError::Unavailable("the booking could not be confirmed as durable; repeat the same request to learn its outcome")
             }
+            BookingError::Unknown { booking_id } => ApiError::BookingPending(booking_id),
+            BookingError::NotReplicated => ApiError::Unavailable(
+                "the booking could not be made safe against a failover; nothing was booked, try again",
+            ),
         }
     }
 }

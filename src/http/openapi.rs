@@ -26,6 +26,9 @@ pub struct ErrorBody {
     /// `seat_unavailable`: the seats that were taken.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seats: Option<Vec<String>>,
+    /// A booking whose outcome is not known yet (503): follow it with `GET /v1/bookings/{id}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub booking_id: Option<String>,
     /// `/readyz` when not ready: which check failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]

@@ -19,6 +19,7 @@
 //! | `<p>:show:{<show>}:order` | list | seat ids in display order |
 //! | `<p>:show:{<show>}:holds` | zset | live (unbooked) hold → expiry (ms) |
 //! | `<p>:show:{<show>}:holdrec` | hash | hold → JSON {ticket, seats or quantity, expires, booking} |
+//! | `<p>:show:{<show>}:intents` | zset | hold → ms: booked in Redis, publication not yet known |
 //! | `<p>:booking:{<booking>}` | string | a booking accepted but maybe not yet in PostgreSQL (JSON) |
 //!
 //! A show's keys share the tag `{<show>}`: one hold or booking script touches one slot.
@@ -85,6 +86,9 @@ pub struct ShowKeys {
     pub holdrec: String,
     /// Seat display order (list).
     pub order: String,
+    /// Bookings marked sold whose publication to Kafka is not known yet (zset: hold id → when
+    /// marked, ms); the admission leader's sweeper resolves them (`Bookings::resolve_intents`).
+    pub intents: String,
 }
 
 impl ShowKeys {
@@ -154,6 +158,7 @@ impl Keys {
             holds: format!("{p}:show:{{{show}}}:holds"),
             holdrec: format!("{p}:show:{{{show}}}:holdrec"),
             order: format!("{p}:show:{{{show}}}:order"),
+            intents: format!("{p}:show:{{{show}}}:intents"),
         }
     }
 
@@ -239,7 +244,13 @@ mod tests {
         );
         assert_eq!(slot(&keys.event_config("ev")), slot(&keys.counter("ev")));
         let show = keys.show("s1");
-        for k in [&show.seats, &show.holds, &show.holdrec, &show.order] {
+        for k in [
+            &show.seats,
+            &show.holds,
+            &show.holdrec,
+            &show.order,
+            &show.intents,
+        ] {
             assert_eq!(slot(&show.info), slot(k));
         }
     }

@@ -68,6 +68,28 @@ impl ConnectionLike for RedisConn {
 }
 
 impl RedisConn {
+    /// `WAIT replicas timeout_ms` on the primary that serves `key`: how many of its replicas
+    /// acknowledged every write this client sent it so far (a booking's sold mark included).
+    pub async fn wait_replicas(
+        &mut self,
+        key: &str,
+        replicas: u32,
+        timeout_ms: u64,
+    ) -> redis::RedisResult<u32> {
+        use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(replicas).arg(timeout_ms);
+        match self {
+            RedisConn::Cluster(c) => {
+                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                    Route::new(keys::slot(key), SlotAddr::Master),
+                ));
+                redis::from_redis_value(c.route_command(cmd, route).await?).map_err(Into::into)
+            }
+            RedisConn::Single(c) => cmd.query_async(c).await,
+        }
+    }
+
     /// True for a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
         matches!(self, RedisConn::Cluster(_))

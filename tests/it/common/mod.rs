@@ -24,6 +24,8 @@ pub struct TestApp {
     pub http: reqwest::Client,
     pub redis: RedisConn,
     pub keys: Keys,
+    /// The service's bookings topic.
+    pub kafka_topic: String,
     shutdown: CancellationToken,
     handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
@@ -71,6 +73,7 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
     let mut cfg = test_config(&prefix);
     tweak(&mut cfg);
     let redis_cfg = cfg.redis.clone();
+    let kafka_topic = cfg.kafka.topic.clone();
     let app = Application::build(cfg).await.expect("service builds");
     let base = format!("http://127.0.0.1:{}", app.port());
     let shutdown = CancellationToken::new();
@@ -88,6 +91,7 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
             .build()
             .unwrap(),
         keys: Keys::new(redis_cfg.key_prefix.clone()),
+        kafka_topic,
         redis,
         shutdown,
         handle: Some(handle),

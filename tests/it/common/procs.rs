@@ -213,3 +213,204 @@ impl Drop for RedisProcs {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A private Kafka-protocol broker (tansu on sqlite, the stack's build) on its own port and
+/// directory, for tests that pause or kill the broker without touching the shared one.
+pub struct Broker {
+    pub port: u16,
+    /// The port clients are told to use (the broker's own, or a proxy's in front of it).
+    advertised: u16,
+    child: Option<Child>,
+    dir: PathBuf,
+}
+
+/// The tansu binary `scripts/stack` built (`WAITROOM_TANSU_BIN` overrides).
+fn tansu_bin() -> PathBuf {
+    if let Ok(b) = std::env::var("WAITROOM_TANSU_BIN") {
+        return b.into();
+    }
+    let cache = std::env::var("WAITROOM_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/waitroom"));
+    cache.join("tools-tansu-pg/bin/tansu")
+}
+
+#[allow(dead_code)] // start, pause, resume: for faults that freeze or restart the broker itself
+impl Broker {
+    /// Starts a broker on `port` and waits until it listens.
+    pub fn start(port: u16) -> Self {
+        Self::start_behind(port, port)
+    }
+
+    /// Starts a broker on `port` that tells clients to connect to `advertised` (a proxy).
+    pub fn start_behind(port: u16, advertised: u16) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("waitroom-broker-{port}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut b = Broker {
+            port,
+            advertised,
+            child: None,
+            dir,
+        };
+        b.restart();
+        b
+    }
+
+    /// Starts the broker again on the same storage (after [`Broker::kill`]).
+    pub fn restart(&mut self) {
+        let url = format!("tcp://127.0.0.1:{}", self.port);
+        let advertised = format!("tcp://127.0.0.1:{}", self.advertised);
+        let child = Command::new(tansu_bin())
+            .arg("broker")
+            .args([
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &advertised,
+            ])
+            .arg("--storage-engine")
+            // A path relative to the working directory (tansu joins it to the cwd).
+            .arg("sqlite://tansu.db")
+            .current_dir(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.join("tansu.log")).unwrap())
+            .spawn()
+            .expect("tansu starts (scripts/stack up builds it)");
+        self.child = Some(child);
+        let port = self.port;
+        wait_until(Duration::from_secs(20), "private broker listening", || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+    }
+
+    /// The broker's address for `WAITROOM_KAFKA_BROKERS`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.advertised)
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("running").id();
+        let ok = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} {pid}");
+    }
+
+    /// Freezes the broker (SIGSTOP): connections stay open, nothing is answered.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a frozen broker go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    /// kill -9.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill")
+                .args(["-CONT", &c.id().to_string()])
+                .status();
+        }
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A TCP proxy in front of a broker that can cut the network to it: while frozen, whatever
+/// clients send is swallowed (the broker never sees it, so nothing it answers is lost and no
+/// retry repeats a write it has), nothing comes back; thawing closes every connection, and
+/// clients reconnect. A partition between the service and Kafka, as a test can make one.
+pub struct Partition {
+    frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    conns: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Partition {
+    /// Listens on `port` and forwards to 127.0.0.1:`upstream`.
+    pub async fn start(port: u16, upstream: u16) -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let frozen = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let conns = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (f, c) = (frozen.clone(), conns.clone());
+        let accept = tokio::spawn(async move {
+            loop {
+                let Ok((mut client, _)) = listener.accept().await else {
+                    continue;
+                };
+                let frozen = f.clone();
+                let task = tokio::spawn(async move {
+                    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+                    let Ok(mut broker) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                    else {
+                        return;
+                    };
+                    let (mut cr, mut cw) = client.split();
+                    let (mut br, mut bw) = broker.split();
+                    let up = async {
+                        let mut buf = vec![0u8; 64 * 1024];
+                        loop {
+                            let n = cr.read(&mut buf).await?;
+                            if n == 0 {
+                                return Ok::<_, std::io::Error>(());
+                            }
+                            if !frozen.load(Ordering::SeqCst) {
+                                bw.write_all(&buf[..n]).await?;
+                            }
+                        }
+                    };
+                    let down = tokio::io::copy(&mut br, &mut cw);
+                    let _ = tokio::join!(up, down);
+                });
+                c.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        Partition {
+            frozen,
+            conns,
+            accept,
+        }
+    }
+
+    /// Cuts the network: requests are swallowed from now on.
+    pub fn freeze(&self) {
+        self.frozen.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Heals it: every connection is closed (clients reconnect), traffic flows again.
+    pub fn thaw(&self) {
+        for c in self.conns.lock().unwrap().drain(..) {
+            c.abort();
+        }
+        self.frozen
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Partition {
+    fn drop(&mut self) {
+        self.accept.abort();
+        for c in self.conns.lock().unwrap().drain(..) {
+            c.abort();
+        }
+    }
+}
