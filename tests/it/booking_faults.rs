@@ -15,21 +15,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use crate::common::procs::{Broker, Partition};
-use crate::common::{eventually, spawn_app_with, unique, TestApp, ADMIN_TOKEN};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn db() -> sqlx::PgPool {
-    let url = std::env::var("WAITROOM_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/waitroom".into());
-    sqlx::PgPool::connect(&url).await.unwrap()
-}
+use crate::common::{db, eventually, free_port, spawn_app_with, unique, TestApp, ADMIN_TOKEN};
 
 /// An event admitting at once and a 40-seat show (rows A-D of 10).
 async fn sale(app: &TestApp) -> (String, String) {
@@ -174,7 +160,7 @@ async fn assert_consistent(app: &TestApp, show: &str, expect_sold: usize) {
     );
 }
 
-#[ignore = "passes alone (~15 s) but hung past the 5-minute bound in every run with other tests; cause not found yet (docs/reliability.md). Run: cargo nextest run --run-ignored only -E 'test(/booking_faults/)'"]
+#[ignore = "passes alone (~15 s) but hung past the 5-minute bound in every run with other tests; cause not found yet (docs/reliability.md). run each alone: cargo nextest run --run-ignored only -E 'test(/<name>/)'"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bookings_past_the_ack_timeout_are_never_undone_and_all_end_confirmed() {
     // The service reaches the broker only through a proxy that can cut the network. (Freezing
@@ -268,7 +254,7 @@ async fn bookings_past_the_ack_timeout_are_never_undone_and_all_end_confirmed() 
     assert_consistent(&app, &show, 20).await;
 }
 
-#[ignore = "passes alone (~15 s) but hung past the 5-minute bound in every run with other tests; cause not found yet (docs/reliability.md). Run: cargo nextest run --run-ignored only -E 'test(/booking_faults/)'"]
+#[ignore = "passes alone (~15 s) but hung past the 5-minute bound in every run with other tests; cause not found yet (docs/reliability.md). run each alone: cargo nextest run --run-ignored only -E 'test(/<name>/)'"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_service_killed_between_marking_seats_and_the_ack_leaves_nothing_stuck() {
     let proxy_port = free_port();

@@ -8,7 +8,7 @@ use redis::AsyncCommands as _;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::common::{active_tickets, eventually, test_config, unique, ADMIN_TOKEN};
+use crate::common::{active_tickets, eventually, free_port, test_config, unique, ADMIN_TOKEN};
 
 struct Instance {
     child: Option<Child>,
@@ -23,14 +23,6 @@ impl Drop for Instance {
             let _ = c.wait();
         }
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn start(prefix: &str, id: &str) -> Instance {

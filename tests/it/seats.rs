@@ -11,7 +11,7 @@ use reqwest::{Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
-use crate::common::{assert_error, eventually, spawn_app, unique, TestApp, ADMIN_TOKEN};
+use crate::common::{assert_error, db, eventually, spawn_app, unique, TestApp, ADMIN_TOKEN};
 
 /// An open event whose line admits at once, and a show on it. Returns (event, show).
 async fn sale(app: &TestApp, show_body: Value, event_extra: Value) -> (String, String) {
@@ -114,12 +114,6 @@ async fn seat_states(app: &TestApp, show: &str) -> HashMap<String, String> {
             )
         })
         .collect()
-}
-
-async fn db() -> sqlx::PgPool {
-    let url = std::env::var("WAITROOM_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/waitroom".into());
-    sqlx::PgPool::connect(&url).await.unwrap()
 }
 
 #[tokio::test]

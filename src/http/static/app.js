@@ -255,7 +255,14 @@
       renderChosen();
     });
   }
+  // Seats a 409 named as taken: the map is a copy up to a second old, so it may still show
+  // them free for a moment; they are shown held until the copy catches up.
+  var takenNow = {};
   function renderMap(seats) {
+    var now = Date.now();
+    seats = seats.map(function (st) {
+      return st.state === 'available' && takenNow[st.id] > now ? { id: st.id, state: 'held' } : st;
+    });
     var map = $('seat-map'), rows = {}, order = [], free = {};
     var focused = document.activeElement && document.activeElement.getAttribute('data-seat');
     map.textContent = '';
@@ -351,6 +358,7 @@
       var e = err(r), msg = (r.data && r.data.message) || '';
       if (e === 'seat_unavailable') {
         var taken = (r.data.seats || []);
+        taken.forEach(function (id) { takenNow[id] = Date.now() + 3000; });
         chosen = chosen.filter(function (id) { return taken.indexOf(id) < 0; });
         note('seat-error', 'Sorry, ' + (taken.length === 1 ? 'this seat was' : 'these seats were') + ' just taken: ' +
           taken.join(', ') + '. Nothing was held; please choose again.');

@@ -305,3 +305,19 @@ pub async fn assert_error(r: Response, status: StatusCode, code: &str) -> Value 
     );
     body
 }
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The stack's PostgreSQL (`WAITROOM_DATABASE_URL`).
+pub async fn db() -> sqlx::PgPool {
+    let url = std::env::var("WAITROOM_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/waitroom".into());
+    sqlx::PgPool::connect(&url).await.unwrap()
+}
