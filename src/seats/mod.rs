@@ -462,11 +462,20 @@ impl Seats {
         token: Option<&str>,
         event: &EventId,
     ) -> Result<Ticket, SeatError> {
-        let ticket = self.token_ticket(token, event)?;
+        Ok(self.authorize_access(token, event).await?.0)
+    }
+
+    /// [`Seats::authorize`], with when the session ends (Unix ms).
+    async fn authorize_access(
+        &self,
+        token: Option<&str>,
+        event: &EventId,
+    ) -> Result<(Ticket, u64), SeatError> {
+        let (ticket, session_end) = self.token_access(token, event)?;
         if !self.queue.is_active(event, &ticket).await? {
             return Err(SeatError::Forbidden("the active session has ended"));
         }
-        Ok(ticket)
+        Ok((ticket, session_end))
     }
 
     /// The ticket of a valid token for this event (signature, expiry, event; not the session).
@@ -509,10 +518,7 @@ impl Seats {
         req: &HoldRequest,
     ) -> Result<HoldOut, SeatError> {
         let event = self.show_event(show).await?;
-        let (ticket, session_end) = self.token_access(token, &event)?;
-        if !self.queue.is_active(&event, &ticket).await? {
-            return Err(SeatError::Forbidden("the active session has ended"));
-        }
+        let (ticket, session_end) = self.authorize_access(token, &event).await?;
         let cfg = self.queue.event_config(&event).await?;
         let wanted = Wanted::parse(req, cfg.max_seats_per_hold)?;
         let hold_id = Uuid::new_v4();
