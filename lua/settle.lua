@@ -4,8 +4,11 @@
 -- KEYS[1..4]  the show keys (see show_lib.lua)
 -- ARGV[1]     now, ms
 -- ARGV[2..]   pairs: seat id, state ('' = AVAILABLE in PostgreSQL, 's:<booking>' = SOLD there);
---             or, for general admission, '#ga' and the quantity of a rejected booking
--- Returns     number of seats whose state changed
+--             or, for general admission, '#ga' and the quantity of a rejected booking;
+--             or '#ga-sold', the `sold` reconcile read, and the ledger's sold (KEYS[5], the
+--             show's intents, must be empty): `sold` becomes the ledger's and `available` moves
+--             the other way, only if nothing changed since the read and no booking is in flight
+-- Returns     number of seats whose state changed (#ga-sold: 1 done, -1 refused)
 --
 -- A seat now free in Redis but on hold is left to its hold only when PostgreSQL says it is
 -- available; a seat sold in PostgreSQL always ends sold in Redis, whatever Redis thought.
@@ -16,6 +19,15 @@ if ARGV[2] == '#ga' then
   local q = tonumber(ARGV[3])
   redis.call('HINCRBY', KEYS[1], 'sold', -q)
   return 0
+end
+if ARGV[2] == '#ga-sold' then
+  local read, truth = tonumber(ARGV[3]), tonumber(ARGV[4])
+  if redis.call('ZCARD', KEYS[5]) > 0 or tonumber(redis.call('HGET', KEYS[1], 'sold') or '0') ~= read then
+    return -1
+  end
+  local avail = tonumber(redis.call('HGET', KEYS[1], 'available') or '0')
+  redis.call('HSET', KEYS[1], 'sold', truth, 'available', math.max(0, avail - (truth - read)))
+  return 1
 end
 local changed, avail_delta, sold_delta = 0, 0, 0
 for i = 2, #ARGV, 2 do

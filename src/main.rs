@@ -54,14 +54,26 @@ async fn main() -> anyhow::Result<()> {
         Command::Reconcile(args) => {
             let (_, secret) = args.config.secrets()?;
             let services = Services::connect(&args.config, &secret).await?;
-            let drift = services.bookings.reconcile(args.repair).await?;
+            let drift = services
+                .bookings
+                .reconcile(args.repair, &args.config.kafka)
+                .await?;
             for d in &drift {
                 println!("{}", serde_json::to_string(d)?);
             }
-            let verb = if args.repair { "repaired" } else { "found" };
+            let left = drift
+                .iter()
+                .filter(|d| d.action.starts_with("left"))
+                .count();
             eprintln!(
-                "{} seats drifting between Redis and PostgreSQL ({verb})",
-                drift.len()
+                "{} seats drifting between Redis and PostgreSQL; {} {}, {left} left to the ledger and the sweeper (see each line's action)",
+                drift.len(),
+                drift.len() - left,
+                if args.repair { "repaired" } else { "would be repaired by --repair" },
+            );
+            anyhow::ensure!(
+                !(args.repair && left > 0),
+                "--repair left {left} seats: their bookings may still be decided; run reconcile again once the ledger has caught up"
             );
             Ok(())
         }

@@ -60,7 +60,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let db = bookings.db().clone();
-    let consumer: Arc<StreamConsumer> = Arc::new(
+    let consumer = CloseAside(Some(Arc::new(
         cfg.client()
             .set("group.id", &cfg.group)
             .set("enable.auto.commit", "false")
@@ -71,11 +71,26 @@ pub async fn run(
             .set("max.poll.interval.ms", "30000")
             .create()
             .context("creating the ledger consumer")?,
-    );
+    )));
     consumer
         .subscribe(&[&cfg.topic])
         .context("subscribing to the bookings topic")?;
     tracing::info!(topic = %cfg.topic, group = %cfg.group, "ledger consuming");
+    let result = consume(&cfg, &db, &consumer, &bookings, &shutdown).await;
+    // Leave the group before returning (a member that vanishes without leaving holds its
+    // partitions until the broker gives up on it), but never wait on a broker that is gone.
+    consumer.close_within(Duration::from_secs(5)).await;
+    result
+}
+
+/// The ledger's loop: batches in, decisions out, until `shutdown`.
+async fn consume(
+    cfg: &KafkaConfig,
+    db: &PgPool,
+    consumer: &CloseAside,
+    bookings: &Arc<Bookings>,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
     // Exported at 0 from the start, so an alert on its increase has a series to watch.
     metrics::counter!(telemetry::LEDGER_DEAD_LETTERS).increment(0);
     loop {
@@ -99,9 +114,9 @@ pub async fn run(
                 _ => break,
             }
         }
-        let (items, dead) = sort(&batch, &bookings);
+        let (items, dead) = sort(&batch, bookings);
         // Apply until it succeeds: the offsets must not move past an unapplied booking.
-        let applying = (|| apply_batch(&db, &cfg.topic, &items, &dead))
+        let applying = (|| apply_batch(db, &cfg.topic, &items, &dead))
             .retry(RETRY_APPLY)
             .notify(|e, wait| {
                 tracing::error!(error = %e, retry_in = ?wait, "ledger: batch not applied; retrying")
@@ -115,14 +130,19 @@ pub async fn run(
             tpl.add_partition_offset(&cfg.topic, m.partition(), Offset::Offset(m.offset() + 1))
                 .context("offset list")?;
         }
-        if let Err(e) = consumer.commit(&tpl, CommitMode::Sync) {
-            // The batch will come again after a restart; applying it again is harmless.
+        // Asynchronous: a synchronous commit waits for the broker without a bound, on a
+        // runtime worker (seen here: a frozen broker stalled the whole process). A commit that
+        // does not land only makes the batch come again after a restart; applying it again is
+        // harmless (bookings are applied once by id).
+        if let Err(e) = consumer.commit(&tpl, CommitMode::Async) {
             tracing::warn!(error = %e, "ledger: offset commit failed");
         }
         metrics::histogram!(telemetry::LEDGER_BATCH_SECONDS)
             .record(batch_started.elapsed().as_secs_f64());
-        let (c, topic) = (consumer.clone(), cfg.topic.clone());
-        tokio::task::spawn_blocking(move || {
+        // On a thread of its own, not the runtime's blocking pool: it may hold the consumer's
+        // last reference, and closing a consumer can block (see CloseAside).
+        let (c, topic) = (consumer.shared(), cfg.topic.clone());
+        std::thread::spawn(move || {
             metrics::gauge!(telemetry::LEDGER_LAG).set(lag(&c, &topic) as f64);
         });
         let mut confirmed = Vec::new();
@@ -177,8 +197,51 @@ fn sort(
     (items, dead)
 }
 
+/// The ledger's consumer, closed on a detached thread when dropped. librdkafka's consumer close
+/// (leave the group, final commit) can block without bound while the broker is unreachable
+/// (fede1024/rust-rdkafka#509): on a runtime worker or in the blocking pool it would stall the
+/// shutdown of the whole process, since a runtime waits for those threads when it is dropped.
+struct CloseAside(Option<Arc<StreamConsumer>>);
+
+impl CloseAside {
+    fn shared(&self) -> Arc<StreamConsumer> {
+        self.0.clone().expect("held until dropped")
+    }
+
+    /// Closes the consumer (leaving its group) on a thread of its own and waits at most
+    /// `limit` for it; past that the close goes on in the background.
+    async fn close_within(mut self, limit: Duration) {
+        let Some(consumer) = self.0.take() else {
+            return;
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::spawn(move || {
+            drop(consumer);
+            let _ = tx.send(());
+        });
+        if tokio::time::timeout(limit, rx).await.is_err() {
+            tracing::warn!("ledger: the consumer did not close within {limit:?}; exiting anyway");
+        }
+    }
+}
+
+impl std::ops::Deref for CloseAside {
+    type Target = StreamConsumer;
+    fn deref(&self) -> &StreamConsumer {
+        self.0.as_deref().expect("held until dropped")
+    }
+}
+
+impl Drop for CloseAside {
+    fn drop(&mut self) {
+        if let Some(consumer) = self.0.take() {
+            std::thread::spawn(move || drop(consumer));
+        }
+    }
+}
+
 /// Messages on the topic not yet applied: high watermark − position, over the partitions this
-/// consumer holds. Asks the broker (blocking), so it runs on the blocking pool.
+/// consumer holds. Asks the broker (blocking), so it runs on a thread of its own.
 fn lag(consumer: &StreamConsumer, topic: &str) -> i64 {
     let Ok(positions) = consumer.position() else {
         return 0;
@@ -301,4 +364,65 @@ async fn set_aside_one(
     .execute(&mut **tx)
     .await?
     .rows_affected())
+}
+
+/// Messages on the bookings topic the ledger's group has not committed yet (summed over the
+/// partitions), read from the broker; None when the broker cannot tell within a few seconds.
+/// A partition the group never committed on counts from its low watermark.
+pub async fn ledger_lag(cfg: &KafkaConfig) -> Option<u64> {
+    let cfg = cfg.clone();
+    // A thread of its own (not the blocking pool): closing the consumer may block while the
+    // broker is unreachable, and a runtime waits for its blocking pool when dropped.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let consumer = cfg
+            .client()
+            .set("group.id", &cfg.group)
+            .set("enable.auto.commit", "false")
+            .create::<rdkafka::consumer::BaseConsumer>();
+        match consumer {
+            Ok(c) => {
+                let _ = tx.send(read_lag(&c, &cfg.topic));
+                // Closed after the answer is sent.
+                drop(c);
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e.into()));
+            }
+        }
+    });
+    let lag = tokio::time::timeout(Duration::from_secs(20), rx).await;
+    match lag {
+        Ok(Ok(Ok(l))) => Some(l),
+        Ok(Ok(Err(e))) => {
+            tracing::warn!(error = %e, "could not read the ledger's lag");
+            None
+        }
+        _ => None,
+    }
+}
+
+fn read_lag(consumer: &rdkafka::consumer::BaseConsumer, topic: &str) -> anyhow::Result<u64> {
+    {
+        let timeout = Duration::from_secs(5);
+        let meta = consumer.fetch_metadata(Some(topic), timeout)?;
+        let mut tpl = TopicPartitionList::new();
+        for t in meta.topics() {
+            anyhow::ensure!(t.error().is_none(), "topic {}: {:?}", t.name(), t.error());
+            for p in t.partitions() {
+                tpl.add_partition(t.name(), p.id());
+            }
+        }
+        let committed = consumer.committed_offsets(tpl, timeout)?;
+        let mut lag = 0u64;
+        for e in committed.elements() {
+            let (low, high) = consumer.fetch_watermarks(e.topic(), e.partition(), timeout)?;
+            let at = match e.offset() {
+                Offset::Offset(o) => o,
+                _ => low,
+            };
+            lag += u64::try_from(high - at).unwrap_or(0);
+        }
+        Ok(lag)
+    }
 }

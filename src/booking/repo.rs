@@ -275,3 +275,46 @@ pub async fn sold_seats(db: &PgPool, show: &str) -> Result<Vec<(String, Uuid)>, 
             .collect(),
     )
 }
+
+/// Of `ids`, the bookings the ledger has decided (confirmed or rejected).
+pub async fn decided(db: &PgPool, ids: &[Uuid]) -> Result<HashSet<Uuid>, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(HashSet::new());
+    }
+    Ok(sqlx::query(
+        "SELECT booking_id FROM bookings WHERE booking_id = ANY($1) AND status IN ('confirmed', 'rejected')",
+    )
+    .bind(ids)
+    .fetch_all(db)
+    .await?
+    .into_iter()
+    .map(|r| r.get(0))
+    .collect())
+}
+
+/// Places of a general-admission show sold in the ledger.
+pub async fn ga_sold(db: &PgPool, show: &str) -> Result<i64, sqlx::Error> {
+    let n: Option<i32> = sqlx::query_scalar("SELECT ga_sold FROM shows WHERE show_id = $1")
+        .bind(show)
+        .fetch_optional(db)
+        .await?;
+    Ok(i64::from(n.unwrap_or(0)))
+}
+
+/// Of `ids`, the bookings the ledger set aside as dead letters (an operator decides them).
+pub async fn dead_lettered(db: &PgPool, ids: &[Uuid]) -> Result<HashSet<Uuid>, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let texts: Vec<String> = ids.iter().map(Uuid::to_string).collect();
+    Ok(
+        sqlx::query("SELECT DISTINCT booking_id FROM dead_letters WHERE booking_id = ANY($1)")
+            .bind(&texts)
+            .fetch_all(db)
+            .await?
+            .into_iter()
+            .filter_map(|r| r.get::<Option<String>, _>(0))
+            .filter_map(|s| Uuid::parse_str(&s).ok())
+            .collect(),
+    )
+}

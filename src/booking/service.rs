@@ -11,7 +11,7 @@
 //! - the critical section (mark, wait, publish) runs in its own task: a dropped request does not
 //!   cut it short, and a crashed process leaves an intent the sweeper resolves.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -77,7 +77,12 @@ pub struct Drift {
     pub redis: String,
     /// The ledger's state.
     pub ledger: String,
+    /// What reconcile did or would do: `would repair`, `repaired`, or `left: <why>`.
+    pub action: String,
 }
+
+/// How long one sweep may spend publishing intents again (it runs in the admission tick).
+const INTENT_SWEEP_BUDGET: Duration = Duration::from_millis(250);
 
 /// A hold's record in Redis (see lua/show_lib.lua).
 #[derive(Debug, Clone, Deserialize)]
@@ -252,8 +257,12 @@ impl Bookings {
         let k = self.store.keys().show(req.show.as_str());
         let acked = self
             .store
-            .conn()
-            .wait_replicas(&k.info, replicas, wait.as_millis() as u64)
+            .waits()
+            .wait_replicated(
+                &format!("{}:replicated", k.info),
+                replicas,
+                wait.as_millis() as u64,
+            )
             .await;
         match acked {
             Ok(n) if n >= replicas => return Ok(()),
@@ -310,17 +319,39 @@ impl Bookings {
             .await?;
         let before = now_ms().saturating_sub(INTENT_GRACE.as_millis() as u64);
         let mut resolved = 0;
-        for show in shows {
+        // Within a budget: this runs inside the admission leader's tick, and a Kafka that does
+        // not answer must not stall admission (each publish may wait for the ack timeout).
+        // What is left is resolved on the next sweep; each intent is dropped as it is resolved.
+        let started = Instant::now();
+        'shows: for show in shows {
             let k = self.store.keys().show(&show);
-            let holds: Vec<String> = self
+            let holds: Vec<String> = match self
                 .store
                 .conn()
                 .zrangebyscore_limit(&k.intents, "-inf", before, 0, 100)
-                .await?;
+                .await
+            {
+                Ok(h) => h,
+                Err(e) => {
+                    tracing::warn!(show = %show, error = %e, "sweeper: intents not read");
+                    continue;
+                }
+            };
             for hold in holds {
-                if self.resolve_intent(event, &show, &hold).await? {
-                    let _: i64 = self.store.conn().zrem(&k.intents, &hold).await?;
-                    resolved += 1;
+                if started.elapsed() > INTENT_SWEEP_BUDGET {
+                    break 'shows;
+                }
+                let left = INTENT_SWEEP_BUDGET.saturating_sub(started.elapsed());
+                match tokio::time::timeout(left, self.resolve_intent(event, &show, &hold)).await {
+                    Ok(Ok(true)) => {
+                        let _: i64 = self.store.conn().zrem(&k.intents, &hold).await?;
+                        resolved += 1;
+                    }
+                    Ok(Ok(false)) | Err(_) => {}
+                    // One bad intent does not stop the others.
+                    Ok(Err(e)) => {
+                        tracing::warn!(show = %show, hold = %hold, error = %e, "sweeper: intent not resolved")
+                    }
                 }
             }
         }
@@ -521,55 +552,165 @@ impl Bookings {
         Ok(call.invoke_async(&mut self.store.conn()).await?)
     }
 
-    /// Compares Redis's sold marks with the ledger for every show; with `repair`, rewrites Redis
-    /// from the ledger (the source of truth). Returns the drift found: (show, seat, redis, ledger).
-    pub async fn reconcile(&self, repair: bool) -> Result<Vec<Drift>, BookingError> {
+    /// Compares Redis's sold marks with the ledger for every show, seated and general
+    /// admission; with `repair`, aligns Redis where that is sure to be right. The ledger's lag
+    /// on the bookings topic is read from the broker `kafka` names, per show.
+    ///
+    /// Writing the ledger's own sold marks into Redis is always right (the ledger is the truth).
+    /// Freeing a seat Redis shows sold by a booking the ledger has not decided is right only
+    /// when that booking can no longer reach the ledger: it has no intent (the sweeper is not
+    /// publishing it) and the ledger has read everything on the topic. Otherwise it is left as
+    /// it is, with the reason: the ledger or the sweeper will decide it.
+    pub async fn reconcile(
+        &self,
+        repair: bool,
+        kafka: &crate::config::KafkaConfig,
+    ) -> Result<Vec<Drift>, BookingError> {
         let mut drift = Vec::new();
         for show in seats::repo::shows(&self.db).await? {
             let show = ShowId::parse(&show)?;
-            let Some(states) = self.raw_states(&show).await? else {
-                continue;
-            };
+            let k = self.store.keys().show(show.as_str());
+            let kind: Option<String> = self.store.conn().hget(&k.info, "kind").await?;
+            match kind.as_deref() {
+                None => continue,
+                Some("ga") => {
+                    drift.extend(self.reconcile_ga(&show, repair, kafka).await?);
+                    continue;
+                }
+                Some(_) => {}
+            }
+            // Order matters: states, then intents, then the lag, then the ledger. A booking marked in the states read either still has its intent at
+            // the second read, or Kafka acknowledged it before: then the ledger has read it
+            // (lag 0) and decided it by the last read.
+            let states: Vec<(String, String)> = self.store.conn().hgetall(&k.seats).await?;
+            let in_flight = self.in_flight(&show).await?;
+            let ledger_lag = super::consumer::ledger_lag(kafka).await;
             let ledger: HashMap<String, Uuid> = repo::sold_seats(&self.db, show.as_str())
                 .await?
                 .into_iter()
                 .collect();
-            let (found, pairs) = compare(&show, states, &ledger);
-            drift.extend(found);
+            let marked: Vec<Uuid> = states
+                .iter()
+                .filter_map(|(_, st)| st.strip_prefix("s:"))
+                .filter_map(|b| Uuid::parse_str(b).ok())
+                .collect();
+            let decided = repo::decided(&self.db, &marked).await?;
+            let set_aside = repo::dead_lettered(&self.db, &marked).await?;
+            let (mut found, pairs) =
+                compare(&show, states, &ledger, |booking| {
+                    match Uuid::parse_str(booking) {
+                    Ok(id) if decided.contains(&id) => Verdict::Decided,
+                    Ok(id) if set_aside.contains(&id) => Verdict::InFlight(
+                        "the ledger set its message aside (dead_letters): an operator decides it",
+                    ),
+                    _ if in_flight.contains(booking) => {
+                        Verdict::InFlight("its intent is live: the sweeper is still publishing it")
+                    }
+                    _ => match ledger_lag {
+                        Some(0) => Verdict::Lost,
+                        Some(_) => Verdict::InFlight(
+                            "the ledger has not read the whole topic yet (lag > 0)",
+                        ),
+                        None => Verdict::InFlight("the ledger's lag could not be read"),
+                    },
+                }
+                });
             if repair && !pairs.is_empty() {
                 self.settle(&show, &pairs).await?;
+                for d in &mut found {
+                    if d.action == "would repair" {
+                        d.action = "repaired".into();
+                    }
+                }
             }
+            drift.extend(found);
         }
         Ok(drift)
     }
 
-    /// Every seat's raw state in Redis; empty for general admission, `None` for a show Redis
-    /// does not know.
-    async fn raw_states(
+    /// Booking ids of a show's live intents.
+    async fn in_flight(&self, show: &ShowId) -> Result<HashSet<String>, BookingError> {
+        let k = self.store.keys().show(show.as_str());
+        let holds: Vec<String> = self.store.conn().zrange(&k.intents, 0, -1).await?;
+        let mut out = HashSet::new();
+        for hold in holds {
+            let raw: Option<String> = self.store.conn().hget(&k.holdrec, &hold).await?;
+            if let Some(b) = raw
+                .and_then(|r| HoldRec::parse(&r).ok())
+                .and_then(|r| r.booking)
+            {
+                out.insert(b);
+            }
+        }
+        Ok(out)
+    }
+
+    /// General admission: Redis's `sold` against the ledger's. Aligned only with no booking in
+    /// flight (no intent, lag 0), and atomically: `settle.lua` refuses when `sold` moved since
+    /// it was read or an intent appeared.
+    async fn reconcile_ga(
         &self,
         show: &ShowId,
-    ) -> Result<Option<Vec<(String, String)>>, BookingError> {
+        repair: bool,
+        kafka: &crate::config::KafkaConfig,
+    ) -> Result<Vec<Drift>, BookingError> {
         let k = self.store.keys().show(show.as_str());
-        let kind: Option<String> = self.store.conn().hget(&k.info, "kind").await?;
-        match kind.as_deref() {
-            None => Ok(None),
-            Some("ga") => Ok(Some(Vec::new())),
-            Some(_) => Ok(Some(
-                self.store
-                    .conn()
-                    .hgetall::<_, Vec<(String, String)>>(&k.seats)
-                    .await?,
-            )),
+        let sold: Option<i64> = self.store.conn().hget(&k.info, "sold").await?;
+        let sold = sold.unwrap_or(0);
+        let intents: u64 = self.store.conn().zcard(&k.intents).await?;
+        let ledger_lag = super::consumer::ledger_lag(kafka).await;
+        let truth = repo::ga_sold(&self.db, show.as_str()).await?;
+        if sold == truth {
+            return Ok(Vec::new());
         }
+        let mut d = Drift {
+            show: show.to_string(),
+            seat: "#ga".into(),
+            redis: format!("sold:{sold}"),
+            ledger: format!("sold:{truth}"),
+            action: "would repair".into(),
+        };
+        if intents > 0 || ledger_lag != Some(0) {
+            d.action = format!(
+                "left: bookings in flight ({intents} intents, ledger lag {})",
+                ledger_lag.map_or("unknown".into(), |l| l.to_string())
+            );
+        } else if repair {
+            let mut call = with_show_keys(&self.store.scripts().settle, &k);
+            call.key(&k.intents)
+                .arg(now_ms())
+                .arg("#ga-sold")
+                .arg(sold)
+                .arg(truth);
+            let done: i64 = call.invoke_async(&mut self.store.conn()).await?;
+            d.action = if done == 1 {
+                "repaired".into()
+            } else {
+                "left: a booking came in while reconciling; run it again".into()
+            };
+        }
+        Ok(vec![d])
     }
 }
 
-/// The seats whose Redis state differs from the ledger's, and the (seat, state) pairs that
-/// would write the ledger's state into Redis.
+/// What the ledger knows of a booking Redis shows a seat sold by.
+enum Verdict {
+    /// Confirmed or rejected: the ledger's seat state is the truth.
+    Decided,
+    /// Not decided and it may still be (the reason).
+    InFlight(&'static str),
+    /// Not decided, no intent, and the ledger has read the whole topic: it never will be.
+    Lost,
+}
+
+/// The seats whose Redis state differs from the ledger's, each with what reconcile does about
+/// it, and the (seat, state) pairs that would write the ledger's state into Redis where that is
+/// sure to be right.
 fn compare(
     show: &ShowId,
     states: Vec<(String, String)>,
     ledger: &HashMap<String, Uuid>,
+    verdict: impl Fn(&str) -> Verdict,
 ) -> (Vec<Drift>, Vec<String>) {
     let (mut drift, mut pairs) = (Vec::new(), Vec::new());
     for (seat, state) in states {
@@ -578,6 +719,16 @@ fn compare(
         if redis_sold == ledger_sold {
             continue;
         }
+        // The ledger sold it: always written. Redis alone sold it: only when that booking is
+        // decided or can never be.
+        let action = match (&ledger_sold, &redis_sold) {
+            (Some(_), _) | (None, None) => Ok(()),
+            (None, Some(b)) => match verdict(b) {
+                Verdict::Decided => Ok(()),
+                Verdict::Lost => Ok(()),
+                Verdict::InFlight(why) => Err(why),
+            },
+        };
         drift.push(Drift {
             show: show.to_string(),
             seat: seat.clone(),
@@ -590,9 +741,15 @@ fn compare(
                 .clone()
                 .map(|b| format!("sold:{b}"))
                 .unwrap_or_else(|| "available".into()),
+            action: match action {
+                Ok(()) => "would repair".into(),
+                Err(why) => format!("left: {why}"),
+            },
         });
-        pairs.push(seat);
-        pairs.push(ledger_sold.map(|b| format!("s:{b}")).unwrap_or_default());
+        if action.is_ok() {
+            pairs.push(seat);
+            pairs.push(ledger_sold.map(|b| format!("s:{b}")).unwrap_or_default());
+        }
     }
     (drift, pairs)
 }

@@ -11,7 +11,8 @@
 //! | `<p>:<tag>:w` | zset | a shard's waiting line: ticket → arrival score (µs) |
 //! | `<p>:<tag>:a` | zset | a shard's active sessions: ticket → admission time (ms) |
 //! | `<p>:<tag>:n` | string | a shard's admitted-total counter |
-//! | `<p>:<tag>:s` | zset | a shard's last-seen times: ticket → last enter or poll (ms) |
+//! | `<p>:<tag>:s` | zset | a shard's last-seen times: ticket → last enter or poll (ms); negative for an entry that never polled |
+//! | `<p>:<tag>:op` | string | id of the last admission move on the shard (`admit.lua` runs once per id; PX) |
 //! | `<p>:{<event>}:seq` | string | the `global_counter` arrival counter (one hot key per event) |
 //! | `<p>:{<event>}:shows` | set | ids of the event's shows (for sold-out) |
 //! | `<p>:show:{<show>}:info` | hash | event, kind (`seated`/`ga`), total, available, sold |
@@ -20,6 +21,7 @@
 //! | `<p>:show:{<show>}:holds` | zset | live (unbooked) hold → expiry (ms) |
 //! | `<p>:show:{<show>}:holdrec` | hash | hold → JSON {ticket, seats or quantity, expires, booking} |
 //! | `<p>:show:{<show>}:intents` | zset | hold → ms: booked in Redis, publication not yet known |
+//! | `<p>:show:{<show>}:info:replicated` | string | written before each booking's `WAIT` (PX): see `RedisConn::wait_replicated` |
 //! | `<p>:booking:{<booking>}` | string | a booking accepted but maybe not yet in PostgreSQL (JSON) |
 //!
 //! A show's keys share the tag `{<show>}`: one hold or booking script touches one slot.
@@ -109,6 +111,8 @@ pub struct ShardKeys {
     pub admitted: String,
     /// Last-seen times of the waiting (zset): abandoned places are found here.
     pub seen: String,
+    /// The last admission operation's id (string): `admit.lua` runs once per id.
+    pub op: String,
 }
 
 impl Keys {
@@ -174,6 +178,7 @@ impl Keys {
             active: format!("{}:{tag}:a", self.prefix),
             admitted: format!("{}:{tag}:n", self.prefix),
             seen: format!("{}:{tag}:s", self.prefix),
+            op: format!("{}:{tag}:op", self.prefix),
         }
     }
 }

@@ -39,12 +39,39 @@ pub enum RedisConn {
     Single(ConnectionManager),
 }
 
+/// The longest one command (or pipeline) may take, client retries and topology refreshes
+/// included, in ms; 0 = no bound. Set from the configuration when connecting
+/// ([`command_deadline`]). Without it a node that hangs (a frozen process, a network that drops
+/// packets) held requests until it came back: measured, a poll waited out a whole 5 s freeze.
+static DEADLINE_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The bound for one command: two response timeouts and half a second for the retry in between.
+pub fn command_deadline(cfg: &RedisConfig) -> Duration {
+    Duration::from_millis(cfg.response_timeout_ms * 2 + 500)
+}
+
+fn bounded<'a, T: Send + 'a>(fut: RedisFuture<'a, T>) -> RedisFuture<'a, T> {
+    let ms = DEADLINE_MS.load(std::sync::atomic::Ordering::Relaxed);
+    if ms == 0 {
+        return fut;
+    }
+    Box::pin(async move {
+        match tokio::time::timeout(Duration::from_millis(ms), fut).await {
+            Ok(r) => r,
+            Err(_) => Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer from Redis within {ms} ms"),
+            ))),
+        }
+    })
+}
+
 impl ConnectionLike for RedisConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
+        bounded(match self {
             RedisConn::Cluster(c) => c.req_packed_command(cmd),
             RedisConn::Single(c) => c.req_packed_command(cmd),
-        }
+        })
     }
 
     fn req_packed_commands<'a>(
@@ -53,10 +80,10 @@ impl ConnectionLike for RedisConn {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
+        bounded(match self {
             RedisConn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
             RedisConn::Single(c) => c.req_packed_commands(cmd, offset, count),
-        }
+        })
     }
 
     fn get_db(&self) -> i64 {
@@ -68,25 +95,38 @@ impl ConnectionLike for RedisConn {
 }
 
 impl RedisConn {
-    /// `WAIT replicas timeout_ms` on the primary that serves `key`: how many of its replicas
-    /// acknowledged every write this client sent it so far (a booking's sold mark included).
-    pub async fn wait_replicas(
+    /// Makes sure every write the primary serving `probe`'s slot took so far has reached
+    /// `replicas` of its replicas, waiting at most `timeout_ms`; returns how many acknowledged.
+    ///
+    /// `WAIT` counts the writes of the connection it is sent on, and blocks that connection
+    /// meanwhile. So it runs on a connection of its own (`Store::waits`, so a slow replica does
+    /// not hold up other requests to the node) after a write of its own to `probe`: a primary's
+    /// replication stream is ordered, so once that write is acknowledged, every earlier write of
+    /// any connection (a booking's sold mark included) is too.
+    pub async fn wait_replicated(
         &mut self,
-        key: &str,
+        probe: &str,
         replicas: u32,
         timeout_ms: u64,
     ) -> redis::RedisResult<u32> {
         use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+        let mut write = redis::cmd("SET");
+        write.arg(probe).arg(1).arg("PX").arg(60_000);
         let mut cmd = redis::cmd("WAIT");
         cmd.arg(replicas).arg(timeout_ms);
         match self {
             RedisConn::Cluster(c) => {
+                let () = write.query_async(c).await?;
                 let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
-                    Route::new(keys::slot(key), SlotAddr::Master),
+                    Route::new(keys::slot(probe), SlotAddr::Master),
                 ));
-                redis::from_redis_value(c.route_command(cmd, route).await?).map_err(Into::into)
+                let routed: RedisFuture<'_, Value> = Box::pin(c.route_command(cmd, route));
+                redis::from_redis_value(bounded(routed).await?).map_err(Into::into)
             }
-            RedisConn::Single(c) => cmd.query_async(c).await,
+            RedisConn::Single(c) => {
+                let () = write.query_async(c).await?;
+                cmd.query_async(c).await
+            }
         }
     }
 
@@ -149,6 +189,10 @@ pub async fn connect_reads(cfg: &RedisConfig, primary: &RedisConn) -> anyhow::Re
 }
 
 async fn connect_with(cfg: &RedisConfig, replica_reads: bool) -> anyhow::Result<RedisConn> {
+    DEADLINE_MS.store(
+        command_deadline(cfg).as_millis() as u64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let connect_timeout = Duration::from_millis(cfg.connect_timeout_ms);
     let response_timeout = Duration::from_millis(cfg.response_timeout_ms);
     let first = cfg

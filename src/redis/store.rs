@@ -18,6 +18,8 @@ use crate::config::RedisConfig;
 pub struct Store {
     conn: RedisConn,
     reads: RedisConn,
+    /// Where `WAIT`s go (see [`RedisConn::wait_replicated`]).
+    waits: RedisConn,
     keys: Keys,
     scripts: Scripts,
     node_groups: NodeGroups,
@@ -27,6 +29,7 @@ impl Store {
     /// A store over connections already made, keys under `keys`.
     pub fn new(conn: RedisConn, reads: RedisConn, keys: Keys) -> Self {
         Store {
+            waits: conn.clone(),
             conn,
             reads,
             keys,
@@ -45,7 +48,9 @@ impl Store {
             replica_reads = cfg.read_from_replicas,
             "connected to Redis"
         );
-        let store = Store::new(conn, reads, Keys::new(cfg.key_prefix.clone()));
+        let mut store = Store::new(conn, reads, Keys::new(cfg.key_prefix.clone()));
+        // WAIT blocks the connection it is sent on: a connection of its own.
+        store.waits = connect(cfg).await?;
         store
             .scripts
             .preload(&mut store.conn())
@@ -57,6 +62,11 @@ impl Store {
     /// A handle on the primaries (multiplexed: clone per request).
     pub fn conn(&self) -> RedisConn {
         self.conn.clone()
+    }
+
+    /// The connection for `WAIT` (see [`RedisConn::wait_replicated`]).
+    pub fn waits(&self) -> RedisConn {
+        self.waits.clone()
     }
 
     /// A handle for reads that may be a little stale (replicas when configured).
