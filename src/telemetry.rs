@@ -29,6 +29,9 @@ pub const ABANDONED_TOTAL: &str = "waitroom_abandoned_total";
 pub const ABANDONMENT_SUSPENDED: &str = "waitroom_abandonment_suspended";
 /// Failed admission ticks, by `event`.
 pub const ADMISSION_ERRORS: &str = "waitroom_admission_errors_total";
+/// Shard moves of an admission tick refused because the tick outlived its lease (the fence in
+/// `lua/admit.lua`), by `event`.
+pub const ADMISSION_FENCED: &str = "waitroom_admission_fenced_total";
 /// Requests answered 503 because Redis could not answer.
 pub const REDIS_UNAVAILABLE: &str = "waitroom_redis_unavailable_total";
 /// |shown − exact| position of sampled waiting people, by `strategy`: `statistical` (estimates)

@@ -144,6 +144,15 @@ pub struct LoadReport {
     pub admitted_per_second: f64,
     /// Configured admissions per second.
     pub configured_admit_per_second: f64,
+    /// Admissions per second by the service's own admission times, over the middle 90 % of the
+    /// admissions (people were waiting all along; the first and last 5 % are left out: the
+    /// opening tick and the line running dry).
+    pub admitted_per_second_server: f64,
+    /// `admitted_per_second_server` ÷ configured − 1.
+    pub admission_rate_error: f64,
+    /// How the `eta_seconds` waiting people were shown compares with the wait that followed
+    /// (see [`EtaError`]).
+    pub eta_error: EtaError,
     /// Users told the event is sold out.
     pub sold_out: u64,
     /// Users still waiting at the deadline.
@@ -177,6 +186,63 @@ pub struct LoadReport {
     pub position_error: Vec<PositionError>,
     /// CPU seconds spent during the run, per process group: where the machine's time went.
     pub cpu: CpuSeconds,
+}
+
+/// The ETA's truth: for each admitted user, the first `eta_seconds` it was shown at least
+/// [`ETA_SETTLE`] after admission opened, divided by the wait from that answer to its admission
+/// (the service's `admitted_at_ms`; same machine, same clock). Waits under a second are left out.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct EtaError {
+    /// Users measured.
+    pub samples: usize,
+    /// Median of ETA ÷ actual wait.
+    pub median_ratio: f64,
+    /// Median of |ETA ÷ actual − 1|.
+    pub median_abs_error: f64,
+    /// 90th percentile of |ETA ÷ actual − 1|.
+    pub p90_abs_error: f64,
+}
+
+/// How long after admission opens before ETAs are judged: the service measures its rate over
+/// a window, and a rate that just changed is not yet steady.
+pub const ETA_SETTLE: Duration = Duration::from_secs(5);
+
+fn eta_error(ratios: &[f64]) -> EtaError {
+    if ratios.is_empty() {
+        return EtaError::default();
+    }
+    let mut r = ratios.to_vec();
+    r.sort_by(f64::total_cmp);
+    let mut abs: Vec<f64> = r.iter().map(|x| (x - 1.0).abs()).collect();
+    abs.sort_by(f64::total_cmp);
+    let at = |v: &[f64], q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    EtaError {
+        samples: r.len(),
+        median_ratio: at(&r, 0.5),
+        median_abs_error: at(&abs, 0.5),
+        p90_abs_error: at(&abs, 0.9),
+    }
+}
+
+/// Admissions per second over the middle 90 % of the service's admission times (ms).
+fn server_rate(mut admitted_at_ms: Vec<u64>) -> f64 {
+    if admitted_at_ms.len() < 20 {
+        return 0.0;
+    }
+    admitted_at_ms.sort_unstable();
+    let n = admitted_at_ms.len();
+    let (lo, hi) = (n / 20, n - 1 - n / 20);
+    let span_ms = admitted_at_ms[hi].saturating_sub(admitted_at_ms[lo]);
+    if span_ms == 0 {
+        return 0.0;
+    }
+    (hi - lo) as f64 * 1000.0 / span_ms as f64
+}
+
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// CPU seconds (user + system) used during the run.
@@ -296,6 +362,7 @@ struct Answer {
     next_poll_ms: u32,
     admitted_at_ms: Option<u64>,
     access_token: Option<String>,
+    eta_seconds: Option<f64>,
 }
 
 impl Answer {
@@ -311,6 +378,7 @@ impl Answer {
                 .map_or(1000, |ms| ms.min(u64::from(u32::MAX)) as u32),
             admitted_at_ms: body["admitted_at_ms"].as_u64(),
             access_token: body["access_token"].as_str().map(str::to_owned),
+            eta_seconds: body["eta_seconds"].as_f64(),
         }
     }
 }
@@ -327,6 +395,8 @@ struct Stats {
     admissions: Vec<Admission>,
     /// Tickets of waiting users, for the poll benchmark.
     tickets: Vec<String>,
+    /// ETA ÷ actual wait, per admitted user measured (see [`EtaError`]).
+    eta_ratios: Vec<f64>,
 }
 
 struct Ctx {
@@ -346,6 +416,8 @@ struct Ctx {
     peak_memory: std::sync::atomic::AtomicU64,
     /// Turns true when users may start polling (at once, unless a poll benchmark runs first).
     polling: watch::Receiver<bool>,
+    /// When admission opened, wall-clock ms (u64::MAX before).
+    opened_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Ctx {
@@ -427,7 +499,16 @@ impl Ctx {
         self.entered
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let _ = self.polling.clone().wait_for(|open| *open).await;
+        // The first ETA shown once admission has run steadily (when, what).
+        let mut eta_seen: Option<(u64, f64)> = None;
         loop {
+            if eta_seen.is_none() && answer.status == Status::Waiting {
+                let now = wall_ms();
+                let opened = self.opened_ms.load(std::sync::atomic::Ordering::Relaxed);
+                if now >= opened.saturating_add(ETA_SETTLE.as_millis() as u64) {
+                    eta_seen = answer.eta_seconds.map(|e| (now, e));
+                }
+            }
             match answer.status {
                 Status::Admitted => break,
                 Status::SoldOut => {
@@ -460,6 +541,12 @@ impl Ctx {
             let now = Instant::now();
             st.first_admit.get_or_insert(now);
             st.last_admit = Some(now);
+            if let (Some((shown, eta)), Some(at)) = (eta_seen, answer.admitted_at_ms) {
+                let waited_ms = at.saturating_sub(shown);
+                if waited_ms >= 1000 {
+                    st.eta_ratios.push(eta * 1000.0 / waited_ms as f64);
+                }
+            }
             if let Some(admitted_at_ms) = answer.admitted_at_ms {
                 st.admissions.push(Admission {
                     sent_us: sent.duration_since(self.start).as_micros() as u64,
@@ -571,6 +658,7 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
         start,
         peak_memory: std::sync::atomic::AtomicU64::new(0),
         polling,
+        opened_ms: std::sync::atomic::AtomicU64::new(u64::MAX),
         args: args.clone(),
     });
     let stop_watching = tokio_util::sync::CancellationToken::new();
@@ -608,6 +696,8 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
                 None
             };
             let _ = open_polling.send(true);
+            ctx.opened_ms
+                .store(wall_ms(), std::sync::atomic::Ordering::Relaxed);
             let _ = http
                 .put(format!("{}/admin/v1/events/{event}", args.url))
                 .bearer_auth(&args.admin_token)
@@ -691,6 +781,7 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
         (Some(a), Some(b)) if b > a => (b - a).as_secs_f64(),
         _ => 0.0,
     };
+    let server_rate = server_rate(st.admissions.iter().map(|a| a.admitted_at_ms).collect());
     let report = LoadReport {
         users: args.users,
         seconds,
@@ -702,6 +793,13 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
             0.0
         },
         configured_admit_per_second: args.admit_per_second,
+        admitted_per_second_server: server_rate,
+        admission_rate_error: if args.admit_per_second > 0.0 {
+            server_rate / args.admit_per_second - 1.0
+        } else {
+            0.0
+        },
+        eta_error: eta_error(&st.eta_ratios),
         sold_out: st.sold_out,
         gave_up: st.gave_up,
         bookings: bookings.len() as u64,
@@ -1006,6 +1104,19 @@ fn print_report(r: &LoadReport) {
     println!(
         "admitted {} at {:.0}/s (configured {:.0}/s); sold out told {}; gave up {}",
         r.admitted, r.admitted_per_second, r.configured_admit_per_second, r.sold_out, r.gave_up
+    );
+    println!(
+        "admission rate by the service's admission times (middle 90 %): {:.1}/s, {:+.2} % of configured",
+        r.admitted_per_second_server,
+        r.admission_rate_error * 100.0
+    );
+    println!(
+        "eta (first shown {} s after opening ÷ the wait that followed, {} users): median ratio {:.3}, median |error| {:.1} %, p90 |error| {:.1} %",
+        ETA_SETTLE.as_secs(),
+        r.eta_error.samples,
+        r.eta_error.median_ratio,
+        r.eta_error.median_abs_error * 100.0,
+        r.eta_error.p90_abs_error * 100.0
     );
     println!(
         "redis primaries: {:.0} commands/s during the run; {} bytes per waiting user",

@@ -12,11 +12,17 @@
 //!    (`waitroom_strategies::merge`);
 //! 3. per shard, concurrently: move exactly those people (`lua/admit.lua`).
 //!
-//! Rate: a token bucket refilled at `admit_per_second`, holding at most one tick's worth plus
-//! one, so the admitted total never runs ahead of `rate × elapsed + rate × tick + 1`.
-//! A leader whose lease lapsed mid-tick (a pause longer than `lease_ms`) could overlap with its
-//! successor for one tick; each admission is still atomic per person, so nobody is admitted
-//! twice — only the capacity bound could be exceeded by one tick's admissions.
+//! Rate: ticks start every `tick_ms` (not `tick_ms` after the last one's work), and a token
+//! bucket is refilled at `admit_per_second` for the time since the last refill, carrying at most
+//! one tick's worth plus one over: the admitted total never runs ahead of
+//! `rate × elapsed + rate × tick + 1`, and a slow tick does not throw away what it earned.
+//!
+//! Fencing: `lua/lease.lua` answers when the lease lapses by the lease node's clock, and every
+//! `lua/admit.lua` of the tick carries that time minus [`fence_margin`]: a shard whose clock has
+//! passed it admits nobody. So a leader paused past its lease (a GC-like stall, a failover that
+//! held its requests) cannot admit beside its successor, as long as the nodes' clocks differ by
+//! less than the margin. Each move also carries an operation id, so a client retry of a move
+//! that went through changes nothing.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -34,7 +40,7 @@ use super::{now_ms, Queue, QueueError};
 use crate::config::AdmissionConfig;
 use crate::ids::EventId;
 use crate::redis::keys::stats;
-use crate::redis::replies::{Admitted, Granted, ShardRead};
+use crate::redis::replies::{AdmitRefusal, Admitted, Granted, Lease, ShardRead};
 use crate::telemetry;
 
 /// What the admission leader does for the seats of its event, about once a second: lapse
@@ -115,6 +121,23 @@ struct EventAdmission {
     /// Multiplier of the heads read per shard (see [`heads_per_shard`]); doubled when a short
     /// prefix cut a tick short, back down by one per tick that was not.
     head_factor: usize,
+    /// No move may run on a shard whose clock has reached this (ms): the lease's lapse minus
+    /// [`fence_margin`]. None: not fenced (a one-off tick outside the leader loop).
+    fence_ms: Option<u64>,
+    /// Ticks run, for each move's operation id.
+    ticks: u64,
+    /// The configured rate the admissions in `recent` were made at.
+    rate_measured_for: f64,
+    /// This task's part of the operation ids (an instance id may be configured, and so reused
+    /// by a restarted process).
+    run_id: String,
+}
+
+/// How long before its lease lapses a leader stops admitting: room for the clocks of the lease's
+/// node and the shards' nodes to differ (NTP keeps them within milliseconds; this allows a
+/// quarter of the lease, 750 ms at the default 3 s).
+pub fn fence_margin(lease_ms: u64) -> u64 {
+    lease_ms / 4
 }
 
 /// The multiplier of [`heads_per_shard`] at rest.
@@ -200,6 +223,10 @@ impl EventAdmission {
             published: VecDeque::new(),
             last_sample_error: None,
             abandonment_suspended: false,
+            fence_ms: None,
+            ticks: 0,
+            run_id: uuid::Uuid::new_v4().simple().to_string(),
+            rate_measured_for: 0.0,
         }
     }
 
@@ -208,11 +235,15 @@ impl EventAdmission {
         metrics::counter!(telemetry::ADMISSION_ERRORS, "event" => self.event.to_string())
             .increment(0);
         let tick = Duration::from_millis(self.cfg.tick_ms.max(10));
+        // Ticks start every `tick` (a tick's own work does not push the next one back); one
+        // that ran late is not followed by a burst of catch-up ticks.
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + tick, tick);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut leading = false;
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
-                _ = tokio::time::sleep(tick) => {}
+                _ = ticker.tick() => {}
             }
             let cfg = match self.queue.event(&self.event).await {
                 Ok(ev) => {
@@ -272,9 +303,11 @@ impl EventAdmission {
         }
     }
 
-    async fn hold_lease(&self) -> Result<bool, QueueError> {
+    /// Takes or renews the lease; while held, fences this tick's moves by its lapse.
+    async fn hold_lease(&mut self) -> Result<bool, QueueError> {
+        self.fence_ms = Some(0);
         let store = self.queue.store();
-        let Granted(held) = store
+        let lease: Lease = store
             .scripts()
             .lease
             .key(store.keys().lease(self.event.as_str()))
@@ -282,7 +315,14 @@ impl EventAdmission {
             .arg(self.cfg.lease_ms)
             .invoke_async(&mut store.conn())
             .await?;
-        Ok(held)
+        if lease.held {
+            self.fence_ms = Some(
+                lease
+                    .lapses_at_ms
+                    .saturating_sub(fence_margin(self.cfg.lease_ms)),
+            );
+        }
+        Ok(lease.held)
     }
 
     async fn release(&self) {
@@ -326,9 +366,20 @@ impl EventAdmission {
         } else {
             abandon_before
         };
+        self.ticks += 1;
         let moved = self
             .admit(cfg, picks, now_ms, polled_before, abandon_before)
             .await?;
+        let fenced = moved
+            .iter()
+            .filter(|m| m.refused == Some(AdmitRefusal::Fenced))
+            .count();
+        if fenced > 0 {
+            metrics::counter!(telemetry::ADMISSION_FENCED, "event" => self.event.to_string())
+                .increment(fenced as u64);
+            tracing::warn!(event = %self.event, shards = fenced,
+                "admission: this tick outlived its lease; its moves were refused by the fence");
+        }
         let admitted: usize = moved.iter().map(|m| m.members.len()).sum();
         let abandoned = abandoned_read + moved.iter().map(|m| m.abandoned).sum::<u64>();
         self.tokens -= admitted as f64;
@@ -397,14 +448,16 @@ impl EventAdmission {
             .map(|(_, total, shards)| (*total, shards.as_slice()))
     }
 
-    /// Refills the token bucket for the time since the last tick (at most one tick's worth plus
-    /// one) and returns the budget: how many may be admitted now. A sold-out line admits nobody:
+    /// Refills the token bucket for the time since the last tick (keeping at most one tick's
+    /// worth plus one beyond that) and returns the budget: how many may be admitted now. A sold-out line admits nobody:
     /// there is nothing left to buy.
     fn refill(&mut self, cfg: &EventConfig, tick: Duration) -> usize {
         let now = Instant::now();
         let dt = self.last_refill.map(|t| now - t).unwrap_or(tick);
         self.last_refill = Some(now);
-        let cap = cfg.admit_per_second * tick.as_secs_f64() + 1.0;
+        // Everything earned since the last refill, plus at most one tick's worth carried over
+        // (what a tick could not use: capacity, a short prefix); never a burst after an idle spell.
+        let cap = cfg.admit_per_second * (dt + tick).as_secs_f64() + 1.0;
         self.tokens = (self.tokens + cfg.admit_per_second * dt.as_secs_f64()).min(cap);
         if self.sold_out {
             0
@@ -525,6 +578,9 @@ impl EventAdmission {
         entered_before: u64,
     ) -> Result<Vec<Admitted>, QueueError> {
         let store = self.queue.store();
+        let fence = self.fence_ms.map(|f| f.to_string()).unwrap_or_default();
+        let op = format!("{}:{}", self.run_id, self.ticks);
+        let (fence, op) = (&fence, &op);
         let moves = picks.into_iter().map(|p| {
             let mut conn = store.conn();
             let k = store.keys().shard(&cfg.shard_tags[p.shard]);
@@ -541,12 +597,15 @@ impl EventAdmission {
                     .key(&k.active)
                     .key(&k.admitted)
                     .key(&k.seen)
+                    .key(&k.op)
                     .arg(p.count)
                     .arg(score)
                     .arg(member)
                     .arg(now_ms)
                     .arg(polled_before)
                     .arg(entered_before)
+                    .arg(fence)
+                    .arg(op)
                     .invoke_async::<Admitted>(&mut conn)
                     .await
             }
@@ -650,6 +709,13 @@ impl EventAdmission {
     /// decides the `hybrid` mode.
     async fn report(&mut self, cfg: &EventConfig, admitted: u64) -> Result<(), QueueError> {
         let now = Instant::now();
+        // A new configured rate starts a new measurement: admissions at the old rate would
+        // drag everyone's ETA for the whole window (measured: ETAs 1.41× the wait 4 s after
+        // going from 1/s to 200/s).
+        if cfg.admit_per_second != self.rate_measured_for {
+            self.rate_measured_for = cfg.admit_per_second;
+            self.recent.clear();
+        }
         self.recent.push_back((now, admitted));
         while self
             .recent

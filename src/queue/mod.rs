@@ -745,6 +745,7 @@ impl Queue {
                 (k.active, "zset"),
                 (k.admitted, "string"),
                 (k.seen, "zset"),
+                (k.op, "string"),
             ]);
         }
         // The event's own counter and figures too. Its configuration is read as JSON and a bad

@@ -124,14 +124,32 @@ pub struct Admitted {
     pub members: Vec<String>,
     /// Abandoned places skipped and removed on the way.
     pub abandoned: u64,
+    /// Why nothing moved, when nothing did for a reason other than an empty line.
+    pub refused: Option<AdmitRefusal>,
+}
+
+/// Why `admit.lua` moved nobody.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdmitRefusal {
+    /// The shard's clock passed the lease's fence: this tick outlived its lease.
+    Fenced,
+    /// An operation with this id already ran (a retry of one that went through).
+    AlreadyRan,
 }
 
 impl FromRedisValue for Admitted {
     fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
         let it = items("admit", v)?;
+        let refused = match at::<Option<i64>>(&it, 2)? {
+            None | Some(0) => None,
+            Some(1) => Some(AdmitRefusal::Fenced),
+            Some(2) => Some(AdmitRefusal::AlreadyRan),
+            Some(_) => return fail("admit", &Value::Array(it)),
+        };
         Ok(Admitted {
             members: at(&it, 0)?,
             abandoned: at(&it, 1)?,
+            refused,
         })
     }
 }
@@ -312,7 +330,27 @@ impl FromRedisValue for Swept {
     }
 }
 
-/// `lease.lua` and `lease_release.lua`: 1 or 0.
+/// `lease.lua`: whether this instance holds the lease, and until when (ms of the lease node's
+/// clock) unless renewed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    /// This instance holds it.
+    pub held: bool,
+    /// When it lapses, ms (0 when not held).
+    pub lapses_at_ms: u64,
+}
+
+impl FromRedisValue for Lease {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        let it = items("lease", v)?;
+        Ok(Lease {
+            held: at::<i64>(&it, 0)? == 1,
+            lapses_at_ms: at(&it, 1)?,
+        })
+    }
+}
+
+/// `lease_release.lua`: 1 or 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Granted(pub bool);
 
