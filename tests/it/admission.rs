@@ -169,13 +169,13 @@ async fn a_paused_event_admits_nobody_until_reopened() {
     app.create_event(&ev, json!({"shards": 2, "admit_per_second": 0}))
         .await;
     let tickets = enter_in_order(&app, &ev, 5).await;
-    app.put_event(&ev, json!({"state": "paused", "admit_per_second": 1000}))
+    app.update_event(&ev, json!({"state": "paused", "admit_per_second": 1000}))
         .await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert!(app.active_tickets(&ev).await.is_empty());
     // People already waiting may still poll a paused event.
     assert_eq!(app.poll_ok(&ev, &tickets[4]).await["position"], 5);
-    app.put_event(&ev, json!({"state": "open"})).await;
+    app.update_event(&ev, json!({"state": "open"})).await;
     eventually(
         Duration::from_secs(10),
         "all admitted after reopening",
@@ -313,7 +313,7 @@ async fn nobody_is_taken_for_gone_when_most_of_the_line_has_not_been_heard_from(
             .collect(),
     )
     .await;
-    app.put_event(&quiet, json!({"admit_per_second": 300}))
+    app.update_event(&quiet, json!({"admit_per_second": 300}))
         .await;
     let suspended = format!(r#"waitroom_abandonment_suspended{{event="{quiet}"}} 1"#);
     eventually(Duration::from_secs(5), "the guard on", || async {
@@ -324,7 +324,8 @@ async fn nobody_is_taken_for_gone_when_most_of_the_line_has_not_been_heard_from(
         (app.active_tickets(&quiet).await.len() >= 600).then_some(())
     })
     .await;
-    app.put_event(&quiet, json!({"admit_per_second": 0})).await;
+    app.update_event(&quiet, json!({"admit_per_second": 0}))
+        .await;
     let none = format!(r#"waitroom_abandoned_total{{event="{quiet}"}} 0"#);
     assert!(app.metrics().await.contains(&none), "missing {none}");
 
@@ -341,7 +342,7 @@ async fn nobody_is_taken_for_gone_when_most_of_the_line_has_not_been_heard_from(
             .collect(),
     )
     .await;
-    app.put_event(&heard, json!({"admit_per_second": 5000}))
+    app.update_event(&heard, json!({"admit_per_second": 5000}))
         .await;
     eventually(
         Duration::from_secs(10),
@@ -356,4 +357,104 @@ async fn nobody_is_taken_for_gone_when_most_of_the_line_has_not_been_heard_from(
     );
     let removed = format!(r#"waitroom_abandoned_total{{event="{heard}"}} 20"#);
     assert!(app.metrics().await.contains(&removed), "missing {removed}");
+}
+
+/// `lua/admit.lua` as the scheduler runs it, on the real cluster: a move carrying a fence that
+/// the shard's clock has passed (a tick that outlived its lease) admits nobody; a move run twice
+/// with one operation id (a client retry of a move that went through) admits once; a move that
+/// would fail half way (the active set holds the wrong type) leaves the line as it was.
+#[tokio::test]
+async fn a_move_past_its_lease_or_run_twice_admits_nobody_more() {
+    use waitroom::redis::replies::{AdmitRefusal, Admitted};
+    let app = spawn_app().await;
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"shards": 1, "admit_per_second": 0, "active_capacity": 1000}),
+    )
+    .await;
+    let tag = app.shard_tags(&ev).await.remove(0);
+    for i in 0..10 {
+        place(&app, &tag, &format!("p{i}"), f64::from(i), None).await;
+    }
+    let scripts = waitroom::redis::scripts::Scripts::new();
+    let k = app.keys.shard(&tag);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let conn = app.redis.clone();
+    let admit = |count: u32, fence: String, op: &'static str, active: String| {
+        let (scripts, k, mut conn) = (&scripts, &k, conn.clone());
+        async move {
+            scripts
+                .admit
+                .key(&k.waiting)
+                .key(active)
+                .key(&k.admitted)
+                .key(&k.seen)
+                .key(&k.op)
+                .arg(count)
+                .arg("")
+                .arg("")
+                .arg(now_ms)
+                .arg(0)
+                .arg(0)
+                .arg(fence)
+                .arg(op)
+                .invoke_async::<Admitted>(&mut conn)
+                .await
+        }
+    };
+    let waiting = |app: &TestApp| {
+        let (mut conn, w) = (app.redis.clone(), k.waiting.clone());
+        async move {
+            redis::AsyncCommands::zcard::<_, u64>(&mut conn, w)
+                .await
+                .unwrap()
+        }
+    };
+    // Fenced: the lease lapsed a second ago by the shard's own clock.
+    let late = admit(3, (now_ms - 1000).to_string(), "op-1", k.active.clone())
+        .await
+        .unwrap();
+    assert_eq!(late.refused, Some(AdmitRefusal::Fenced));
+    assert!(late.members.is_empty());
+    assert_eq!(
+        waiting(&app).await,
+        10,
+        "a fenced move took nobody from the line"
+    );
+    // Within the fence: three move; the same operation again moves nobody more.
+    let fence = (now_ms + 60_000).to_string();
+    let first = admit(3, fence.clone(), "op-2", k.active.clone())
+        .await
+        .unwrap();
+    assert_eq!(first.members, ["p0", "p1", "p2"]);
+    let again = admit(3, fence.clone(), "op-2", k.active.clone())
+        .await
+        .unwrap();
+    assert_eq!(again.refused, Some(AdmitRefusal::AlreadyRan));
+    assert!(again.members.is_empty());
+    assert_eq!(
+        waiting(&app).await,
+        7,
+        "a retried move admitted a second batch"
+    );
+    assert_eq!(app.active_tickets(&ev).await.len(), 3);
+    // A wrong-typed active set: the script refuses before its first write.
+    let bad_active = format!("{}:bad", k.active);
+    let _: () = redis::AsyncCommands::set(&mut app.redis.clone(), &bad_active, "x")
+        .await
+        .unwrap();
+    let refused = admit(3, fence, "op-3", bad_active).await;
+    assert!(
+        refused.is_err_and(|e| e.to_string().contains("WRONGTYPE")),
+        "a wrong type is refused"
+    );
+    assert_eq!(
+        waiting(&app).await,
+        7,
+        "a refused move took nobody from the line"
+    );
 }

@@ -182,14 +182,14 @@ async fn paused_or_closed_events_refuse_entry_with_409_event_closed() {
         "event_closed",
     )
     .await;
-    app.put_event(&ev, json!({"state": "closed"})).await;
+    app.update_event(&ev, json!({"state": "closed"})).await;
     assert_error(
         app.enter(&ev, "alice").await,
         StatusCode::CONFLICT,
         "event_closed",
     )
     .await;
-    app.put_event(&ev, json!({"state": "open"})).await;
+    app.update_event(&ev, json!({"state": "open"})).await;
     assert_eq!(app.enter(&ev, "alice").await.status(), StatusCode::OK);
 }
 
@@ -208,7 +208,7 @@ async fn resharding_an_open_or_non_empty_line_is_409_conflict() {
     )
     .await;
     // Paused but not empty.
-    app.put_event(&ev, json!({"state": "paused"})).await;
+    app.update_event(&ev, json!({"state": "paused"})).await;
     assert_error(
         app.put_event(&ev, json!({"shards": 8})).await,
         StatusCode::CONFLICT,
@@ -405,8 +405,11 @@ async fn random_garbage_never_gets_a_500() {
             .body(body)
             .send()
             .await;
-        if let Ok(r) = r {
-            assert!(r.status().as_u16() < 500, "{} for {path}", r.status());
+        match r {
+            Ok(r) => assert!(r.status().as_u16() < 500, "{} for {path}", r.status()),
+            // Random bytes in the path can make a URL the client will not send at all.
+            Err(e) if e.is_builder() => {}
+            Err(e) => panic!("no answer for {path}: {e}"),
         }
     }
 }

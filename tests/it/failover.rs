@@ -1,86 +1,243 @@
-//! A Redis primary killed mid-sale: 503 with Retry-After while the cluster fails over, then
-//! service again without a restart, and nobody waiting is lost.
+//! Redis nodes failing mid-sale, on a private 3+3 cluster: a primary killed by PID with its
+//! replica not caught up (entries kept coming until the kill), and a primary frozen with SIGSTOP
+//! (a hang, not a refusal) then resumed. Clients see 200 or 503 with Retry-After, never another
+//! status and never a hang; service comes back without a restart; admission goes on.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{json, Value};
 use waitroom::redis::keys::slot;
 
 use crate::common::procs::RedisProcs;
-use crate::common::{spawn_app_with, unique};
+use crate::common::{eventually, spawn_app_with, unique, TestApp};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killing_a_primary_gives_503_during_failover_then_service_resumes_with_nobody_lost() {
-    let mut cluster = RedisProcs::cluster(7100);
-    let urls = cluster.urls();
-    let app = spawn_app_with(|c| c.redis.nodes = urls).await;
-    let ev = unique("e");
-    app.create_event(&ev, json!({"shards": 8, "admit_per_second": 0}))
-        .await;
-    let tags = app.shard_tags(&ev).await;
+/// Enters `n` users one after another; returns their tickets in order.
+async fn line(app: &TestApp, ev: &str, tag: &str, n: usize) -> Vec<String> {
     let mut tickets = Vec::new();
-    for i in 0..200 {
+    for i in 0..n {
         tickets.push(
-            app.enter_ok(&ev, &format!("u{i}")).await["ticket"]
+            app.enter_ok(ev, &format!("{tag}{i}")).await["ticket"]
                 .as_str()
                 .unwrap()
                 .to_owned(),
         );
     }
-    cluster.sync_replicas();
+    tickets
+}
 
-    // Kill the primary that serves shard 0.
-    let victim = cluster.primary_for_slot(slot(&app.keys.shard(&tags[0]).waiting));
-    cluster.kill(victim);
-    let killed_at = Instant::now();
+/// What clients saw while a fault lasted.
+#[derive(Default, Debug)]
+struct Seen {
+    statuses: HashMap<u16, usize>,
+    /// Retry-After values of the 503s (seconds).
+    retry_after: Vec<u64>,
+    /// Slowest answer.
+    slowest: Duration,
+}
 
-    // Poll until every answer is 200 again; record what clients saw on the way.
-    let mut seen: HashMap<u16, usize> = HashMap::new();
-    let mut retry_after_on_every_503 = true;
-    let recovered_at = loop {
+/// Polls every tenth ticket until every answer is 200 again after the fault was felt, or
+/// `limit`.
+async fn poll_through(app: &TestApp, ev: &str, tickets: &[String], limit: Duration) -> Seen {
+    let started = Instant::now();
+    let mut seen = Seen::default();
+    loop {
         let mut all_ok = true;
         for t in tickets.iter().step_by(10) {
-            let r = app.poll(&ev, t).await;
-            let code = r.status().as_u16();
-            *seen.entry(code).or_default() += 1;
+            let sent = Instant::now();
+            let r = app.poll(ev, t).await;
+            seen.slowest = seen.slowest.max(sent.elapsed());
+            *seen.statuses.entry(r.status().as_u16()).or_default() += 1;
             if r.status() == StatusCode::SERVICE_UNAVAILABLE {
-                retry_after_on_every_503 &= r.headers().contains_key("retry-after");
+                let secs = r
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .expect("a 503 says when to come back, in whole seconds");
+                seen.retry_after.push(secs);
             }
             all_ok &= r.status() == StatusCode::OK;
         }
-        if all_ok && seen.contains_key(&503) {
-            break Instant::now();
+        if all_ok && felt(&seen) {
+            return seen;
         }
-        assert!(
-            killed_at.elapsed() < Duration::from_secs(40),
-            "no recovery: {seen:?}"
-        );
+        assert!(started.elapsed() < limit, "no recovery: {seen:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    assert!(
-        seen.get(&503).copied().unwrap_or(0) > 0,
-        "clients saw 503 during failover: {seen:?}"
-    );
-    assert!(retry_after_on_every_503);
+    }
+}
+
+/// Whether clients felt the fault: a 503, or an answer held 2 s or more (a request that
+/// reached the promoted replica after the failover, within its bound).
+fn felt(seen: &Seen) -> bool {
+    seen.statuses.contains_key(&503) || seen.slowest >= Duration::from_secs(2)
+}
+
+/// The checks every fault shares: only 200 and 503, each 503 with a sensible Retry-After.
+fn assert_clean(seen: &Seen) {
+    assert!(felt(seen), "clients felt the fault: {seen:?}");
     assert_eq!(
-        seen.keys().filter(|c| **c != 200 && **c != 503).count(),
+        seen.statuses
+            .keys()
+            .filter(|c| **c != 200 && **c != 503)
+            .count(),
         0,
         "only 200 or 503: {seen:?}"
     );
+    assert!(
+        seen.retry_after.iter().all(|s| (1..=30).contains(s)),
+        "Retry-After between 1 and 30 s: {:?}",
+        seen.retry_after
+    );
+}
+
+/// Active sessions of an event, from the admin API's figures.
+async fn active(app: &TestApp, ev: &str) -> u64 {
+    app.active_tickets(ev).await.len() as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_a_primary_gives_503_during_failover_then_service_resumes_with_nobody_lost() {
+    let mut cluster = RedisProcs::cluster(7100);
+    let urls = cluster.urls();
+    let app = Arc::new(spawn_app_with(|c| c.redis.nodes = urls).await);
+    let ev = unique("e");
+    app.create_event(&ev, json!({"shards": 8, "admit_per_second": 0}))
+        .await;
+    // A second event admits all along, so admission runs through the fault.
+    let flowing = unique("e");
+    app.create_event(
+        &flowing,
+        json!({"shards": 2, "admit_per_second": 10, "active_capacity": 100000}),
+    )
+    .await;
+    line(&app, &flowing, "f", 600).await;
+    let tickets = line(&app, &ev, "u", 200).await;
+    // Entries keep coming right up to the kill: nothing waits for the replicas to catch up.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let late = {
+        let (app, ev, stop) = (app.clone(), ev.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut answered = Vec::new();
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let r = app.enter(&ev, &format!("late{i}")).await;
+                if r.status() == StatusCode::OK {
+                    let b: Value = r.json().await.unwrap();
+                    answered.push(b["ticket"].as_str().unwrap().to_owned());
+                }
+                i += 1;
+            }
+            answered
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let tags = app.shard_tags(&ev).await;
+    let victim = cluster.primary_for_slot(slot(&app.keys.shard(&tags[0]).waiting));
+    let admitted_before = active(&app, &flowing).await;
+    cluster.kill(victim);
+    let killed_at = Instant::now();
+    let seen = poll_through(&app, &ev, &tickets, Duration::from_secs(40)).await;
+    stop.store(true, Ordering::Relaxed);
+    let late = late.await.unwrap();
+    assert_clean(&seen);
     eprintln!(
-        "failover: service back {:?} after the kill",
-        recovered_at - killed_at
+        "failover: service back {:?} after the kill; answers {:?}; slowest {:?}",
+        killed_at.elapsed(),
+        seen.statuses,
+        seen.slowest
     );
 
-    // Nobody waiting is lost: everyone still has a position, exactly 1..200.
+    // Everyone who entered a second before the kill is still in line, in order, 1..200.
     let mut positions = Vec::new();
     for t in &tickets {
         positions.push(app.poll_ok(&ev, t).await["position"].as_u64().unwrap());
     }
     positions.sort();
     assert_eq!(positions, (1..=200).collect::<Vec<_>>());
-    // And the line takes new people.
-    assert_eq!(app.enter_ok(&ev, "after-failover").await["position"], 201);
+    // Entries of the last moment on the killed primary may be lost (asynchronous replication;
+    // docs/reliability.md): a lost ticket is told so (404), never shown a wrong place.
+    let mut lost = 0;
+    for t in &late {
+        let r = app.poll(&ev, t).await;
+        match r.status() {
+            StatusCode::OK => {}
+            StatusCode::NOT_FOUND => lost += 1,
+            s => panic!("a late entry answered {s}"),
+        }
+    }
+    eprintln!(
+        "failover: {lost} of {} entries answered during the last 300 ms before the kill and the failover were lost",
+        late.len()
+    );
+    // Admission went on: the flowing event admitted more after the failover.
+    eventually(Duration::from_secs(20), "admission resumed", || async {
+        (active(&app, &flowing).await > admitted_before + 10).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_primary_gives_503_not_a_hang_and_service_resumes_when_it_thaws() {
+    let cluster = RedisProcs::cluster(7110);
+    let urls = cluster.urls();
+    let app = Arc::new(spawn_app_with(|c| c.redis.nodes = urls).await);
+    let ev = unique("e");
+    app.create_event(&ev, json!({"shards": 8, "admit_per_second": 0}))
+        .await;
+    let flowing = unique("e");
+    app.create_event(
+        &flowing,
+        json!({"shards": 2, "admit_per_second": 10, "active_capacity": 100000}),
+    )
+    .await;
+    line(&app, &flowing, "f", 600).await;
+    let tickets = line(&app, &ev, "u", 200).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let tags = app.shard_tags(&ev).await;
+    let victim = cluster.primary_for_slot(slot(&app.keys.shard(&tags[0]).waiting));
+    // Frozen for 10 s: longer than the cluster's node timeout (2 s), so its replica takes over
+    // meanwhile, and the old primary wakes up to find itself demoted.
+    cluster.pause(victim);
+    let frozen_at = Instant::now();
+    let thaw = {
+        let cluster = &cluster;
+        async move {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            cluster.resume(victim);
+        }
+    };
+    let (seen, ()) = tokio::join!(
+        poll_through(&app, &ev, &tickets, Duration::from_secs(40)),
+        thaw
+    );
+    assert_clean(&seen);
+    // A hang is answered, not waited out: every Redis command is bounded (2.5 s here), and a
+    // request sends a few; nobody waits for the 10 s freeze to end.
+    assert!(
+        seen.slowest < Duration::from_secs(8),
+        "an answer took {:?} while a node hung",
+        seen.slowest
+    );
+    eprintln!(
+        "frozen primary: service back {:?} after the freeze; answers {:?}; slowest {:?}",
+        frozen_at.elapsed(),
+        seen.statuses,
+        seen.slowest
+    );
+    let mut positions = Vec::new();
+    for t in &tickets {
+        positions.push(app.poll_ok(&ev, t).await["position"].as_u64().unwrap());
+    }
+    positions.sort();
+    assert_eq!(positions, (1..=200).collect::<Vec<_>>());
+    let admitted = active(&app, &flowing).await;
+    eventually(Duration::from_secs(20), "admission resumed", || async {
+        (active(&app, &flowing).await > admitted + 10).then_some(())
+    })
+    .await;
 }

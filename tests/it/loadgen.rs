@@ -48,6 +48,11 @@ async fn small_sale(strategy: &str) {
     .unwrap()
     .args;
     let report = run(args).await.unwrap();
+    assert_eq!(
+        report.server_errors, 0,
+        "no answer 5xx: {:?}",
+        report.routes
+    );
     assert!(report.bookings > 0, "somebody bought");
     assert_eq!(report.not_confirmed, 0, "every 201 became confirmed");
     assert_eq!(report.oversold, 0, "no seat in two confirmed bookings");

@@ -2,6 +2,7 @@
 //! plus private Redis processes where a test must kill one.
 
 mod admission;
+mod booking_failover;
 mod booking_faults;
 mod common;
 mod errors;

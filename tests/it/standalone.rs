@@ -33,7 +33,8 @@ async fn the_waiting_room_runs_unchanged_on_one_non_cluster_redis() {
         assert_eq!(s["position"], i + 1);
         tickets.push(s["ticket"].as_str().unwrap().to_owned());
     }
-    app.put_event(&ev, json!({"admit_per_second": 100})).await;
+    app.update_event(&ev, json!({"admit_per_second": 100}))
+        .await;
     eventually(Duration::from_secs(10), "capacity filled", || async {
         (app.active_tickets(&ev).await.len() == 5).then_some(())
     })

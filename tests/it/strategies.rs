@@ -103,7 +103,8 @@ async fn statistical_positions_and_admission_stay_within_their_documented_bounds
     eprintln!("statistical: worst error over 400 samples at W=20000, 8 shards: {worst}");
 
     // Admission: round-robin. Admit 800; each shard admits its own front, in near-equal numbers.
-    app.put_event(&ev, json!({"admit_per_second": 4000})).await;
+    app.update_event(&ev, json!({"admit_per_second": 4000}))
+        .await;
     eventually(Duration::from_secs(20), "800 admitted", || async {
         (app.active_tickets(&ev).await.len() == 800).then_some(())
     })
@@ -276,7 +277,8 @@ async fn exact_strategy_orders_and_admits_in_arrival_order(strategy: &str) {
     shown.sort();
     assert_eq!(shown, (1..=2000).collect::<Vec<_>>());
 
-    app.put_event(&ev, json!({"admit_per_second": 800})).await;
+    app.update_event(&ev, json!({"admit_per_second": 800}))
+        .await;
     eventually(Duration::from_secs(30), "everyone admitted", || async {
         (app.active_tickets(&ev).await.len() == 2000).then_some(())
     })
@@ -348,7 +350,8 @@ async fn people_who_stop_polling_are_skipped_and_those_who_poll_are_admitted() {
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    app.put_event(&ev, json!({"admit_per_second": 1000})).await;
+    app.update_event(&ev, json!({"admit_per_second": 1000}))
+        .await;
     let stayers: std::collections::HashSet<String> =
         tickets.iter().skip(1).step_by(2).cloned().collect();
     eventually(
@@ -470,7 +473,10 @@ async fn the_ordering_bench_measures_exact_strategies_as_exact_and_counts_comman
             }
             // A counter subtracts no leaver: with 1 % gone, 30 gaps at most.
             ("global_counter", true) => assert!(row.max_error <= 30, "{row:?}"),
-            ("statistical", _) => assert!(row.max_error > 0 && row.p99_error < 3000, "{row:?}"),
+            // An estimate: never exact, and off by about √W — 137 places at the p99 for 10,000
+            // waiting over 4 shards (docs/ordering.md), so about 75 at 3,000. A broken estimate
+            // (a wrong shard count, a stale total) is off by hundreds to thousands.
+            ("statistical", _) => assert!(row.max_error > 0 && row.p99_error < 250, "{row:?}"),
             other => panic!("unexpected row {other:?}"),
         }
         let expected = match row.strategy.as_str() {

@@ -158,6 +158,13 @@ impl TestApp {
             .unwrap()
     }
 
+    /// Changes an event and asserts the change was taken (200): a refused change would let the
+    /// next assertion pass for the wrong reason.
+    pub async fn update_event(&self, event: &str, body: Value) {
+        let r = self.put_event(event, body).await;
+        assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+    }
+
     /// Creates an event and asserts it was created.
     pub async fn create_event(&self, event: &str, body: Value) {
         let r = self.put_event(event, body).await;

@@ -181,13 +181,118 @@ impl RedisProcs {
         panic!("no primary serves slot {slot}:\n{nodes}");
     }
 
-    /// Makes every write so far reach a replica (`WAIT 1`) on each primary.
-    pub fn sync_replicas(&self) {
-        for p in &self.ports {
-            if cli(*p, &["role"]).starts_with("master") {
-                cli(*p, &["wait", "1", "2000"]);
+    /// Port of a replica of the primary on `port` (from `CLUSTER NODES`).
+    #[allow(dead_code)]
+    pub fn replica_of(&self, primary: u16) -> u16 {
+        let nodes = cli(primary, &["cluster", "nodes"]);
+        let id = nodes
+            .lines()
+            .find(|l| l.contains("myself"))
+            .and_then(|l| l.split_whitespace().next())
+            .expect("own line")
+            .to_owned();
+        for line in nodes.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() > 3 && f[2].contains("slave") && f[3] == id {
+                let addr = f[1].split('@').next().unwrap();
+                return addr.rsplit(':').next().unwrap().parse().unwrap();
             }
         }
+        panic!("no replica of {primary}:\n{nodes}");
+    }
+
+    /// A hash read straight from the node on `port` (no redirection): field → value.
+    #[allow(dead_code)]
+    pub fn hgetall(&self, port: u16, key: &str) -> std::collections::HashMap<String, String> {
+        let out = cli(port, &["hgetall", key]);
+        let lines: Vec<&str> = out.lines().collect();
+        lines
+            .chunks(2)
+            .filter(|c| c.len() == 2)
+            .map(|c| (c[0].to_owned(), c[1].to_owned()))
+            .collect()
+    }
+
+    /// Drops the replication links of the primary on `port` (`CLIENT KILL TYPE replica`):
+    /// until a replica reconnects, writes stay on the primary alone.
+    #[allow(dead_code)]
+    pub fn cut_replicas(&self, port: u16) {
+        cli(port, &["client", "kill", "type", "replica"]);
+    }
+
+    /// Waits until the node on `port` reports itself a primary (a replica promoted by a
+    /// failover).
+    #[allow(dead_code)]
+    pub fn wait_primary(&self, port: u16, limit: Duration) {
+        wait_until(limit, "replica promoted", || {
+            cli(port, &["role"]).starts_with("master")
+        });
+    }
+
+    fn child(&self, port: u16) -> &Child {
+        let i = self
+            .ports
+            .iter()
+            .position(|p| *p == port)
+            .expect("known port");
+        self.children[i].as_ref().expect("running")
+    }
+
+    /// Freezes the node on `port` (SIGSTOP): it neither answers nor replicates, and its
+    /// connections stay open — a hang, not a refusal.
+    #[allow(dead_code)]
+    pub fn pause(&self, port: u16) {
+        signal(self.child(port).id(), "-STOP");
+    }
+
+    /// Lets a frozen node go on (SIGCONT).
+    #[allow(dead_code)]
+    pub fn resume(&self, port: u16) {
+        signal(self.child(port).id(), "-CONT");
+    }
+
+    /// Starts a killed cluster node again on its port and directory: it keeps its identity
+    /// (nodes.conf) and rejoins, as a replica when its slots moved on meanwhile.
+    #[allow(dead_code)]
+    pub fn restart(&mut self, port: u16) {
+        let i = self
+            .ports
+            .iter()
+            .position(|p| *p == port)
+            .expect("known port");
+        assert!(self.children[i].is_none(), "node {port} still runs");
+        self.children[i] = Some(start_node(&self.dir, port, true));
+        wait_until(Duration::from_secs(10), "restarted node", || {
+            cli(port, &["ping"]).contains("PONG")
+        });
+    }
+
+    /// Replaces a killed node by a fresh one on its port (no data, a new identity) that joins
+    /// as a replica of the primary on `of`: how an operator restores redundancy after a
+    /// failover without persistence (restarting the old node with its old identity would let
+    /// it serve its former slots, empty, until the cluster corrects it).
+    #[allow(dead_code)]
+    pub fn replace_as_replica(&mut self, port: u16, of: u16) {
+        let i = self
+            .ports
+            .iter()
+            .position(|p| *p == port)
+            .expect("known port");
+        assert!(self.children[i].is_none(), "node {port} still runs");
+        let _ = std::fs::remove_dir_all(self.dir.join(port.to_string()));
+        self.children[i] = Some(start_node(&self.dir, port, true));
+        wait_until(Duration::from_secs(10), "fresh node", || {
+            cli(port, &["ping"]).contains("PONG")
+        });
+        cli(port, &["cluster", "meet", "127.0.0.1", &of.to_string()]);
+        let id = cli(of, &["cluster", "myid"]).trim().to_owned();
+        wait_until(Duration::from_secs(20), "replica attached", || {
+            cli(port, &["cluster", "replicate", &id]).contains("OK")
+        });
+        wait_until(Duration::from_secs(30), "replica in sync", || {
+            let info = cli(port, &["info", "replication"]);
+            info.contains("role:slave") && info.contains("master_link_status:up")
+        });
     }
 
     /// kill -9 of the node on `port`.
@@ -204,9 +309,21 @@ impl RedisProcs {
     }
 }
 
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
 impl Drop for RedisProcs {
     fn drop(&mut self) {
         for c in self.children.iter_mut().flatten() {
+            let _ = Command::new("kill")
+                .args(["-CONT", &c.id().to_string()])
+                .status();
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -291,13 +408,7 @@ impl Broker {
     }
 
     fn signal(&self, sig: &str) {
-        let pid = self.child.as_ref().expect("running").id();
-        let ok = Command::new("kill")
-            .args([sig, &pid.to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig} {pid}");
+        signal(self.child.as_ref().expect("running").id(), sig);
     }
 
     /// Freezes the broker (SIGSTOP): connections stay open, nothing is answered.
@@ -412,5 +523,113 @@ impl Drop for Partition {
         for c in self.conns.lock().unwrap().drain(..) {
             c.abort();
         }
+    }
+}
+
+/// A private PostgreSQL (the machine's binaries, run as the `postgres` user when the tests run
+/// as root) on its own port and directory, for tests that stop the database under a sale.
+pub struct PgProc {
+    pub port: u16,
+    dir: PathBuf,
+    bin: PathBuf,
+}
+
+/// Runs `cmd` as the `postgres` user (PostgreSQL refuses to run as root), or as is otherwise.
+fn as_postgres(cmd: &str) -> std::process::Output {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let mut c = if root {
+        let mut c = Command::new("su");
+        c.args(["postgres", "-c", cmd]);
+        c
+    } else {
+        let mut c = Command::new("sh");
+        c.args(["-c", cmd]);
+        c
+    };
+    c.output().expect("a shell")
+}
+
+#[allow(dead_code)]
+impl PgProc {
+    /// initdb and start on `port`.
+    pub fn start(port: u16) -> Self {
+        let bin = PathBuf::from(
+            String::from_utf8(
+                Command::new("pg_config")
+                    .arg("--bindir")
+                    .output()
+                    .expect("pg_config (scripts/stack up installs PostgreSQL)")
+                    .stdout,
+            )
+            .unwrap()
+            .trim(),
+        );
+        let dir = std::env::temp_dir().join(format!("waitroom-pg-{port}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let _ = Command::new("chown")
+            .args(["postgres", &dir.display().to_string()])
+            .status();
+        let out = as_postgres(&format!(
+            "{}/initdb -D {}/data -A trust -U postgres",
+            bin.display(),
+            dir.display()
+        ));
+        assert!(
+            out.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let pg = PgProc { port, dir, bin };
+        pg.up();
+        pg
+    }
+
+    /// postgres://… of the database `postgres`.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Starts the server on its data (again, after [`PgProc::crash`]).
+    pub fn up(&self) {
+        let out = as_postgres(&format!(
+            "{}/pg_ctl -D {d}/data -l {d}/log -w -t 30 -o '-p {} -k {d} -c listen_addresses=127.0.0.1' start",
+            self.bin.display(),
+            self.port,
+            d = self.dir.display()
+        ));
+        assert!(
+            out.status.success(),
+            "pg_ctl start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Stops it as a crash would (`pg_ctl stop -m immediate`: no checkpoint, every connection cut).
+    pub fn crash(&self) {
+        let out = as_postgres(&format!(
+            "{}/pg_ctl -D {}/data -w -m immediate stop",
+            self.bin.display(),
+            self.dir.display()
+        ));
+        assert!(
+            out.status.success(),
+            "pg_ctl stop: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for PgProc {
+    fn drop(&mut self) {
+        let _ = as_postgres(&format!(
+            "{}/pg_ctl -D {}/data -w -m immediate stop",
+            self.bin.display(),
+            self.dir.display()
+        ));
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
