@@ -7,11 +7,14 @@
 //! - [`loadgen`]: `waitroom-bench loadgen` — a sale played over HTTP against a running service.
 //! - [`ledger`]: `waitroom-bench ledger-bench` — confirmed seats per second into PostgreSQL
 //!   through Kafka, for docs/benchmarks.md.
+//! - [`mapflood`]: `waitroom-bench map-flood` — enters and polls with and without a flood of
+//!   seat-map reads.
 //! - [`merge`]: `waitroom-bench merge` — picks per second of the admission's K-way merge.
 
 #![forbid(unsafe_code)]
 
 pub mod ledger;
 pub mod loadgen;
+pub mod mapflood;
 pub mod merge;
 pub mod ordering;

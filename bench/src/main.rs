@@ -25,6 +25,8 @@ enum Command {
     LedgerBench(Box<waitroom_bench::ledger::LedgerBenchArgs>),
     /// Measure each ordering strategy's position error and Redis cost (docs/ordering.md).
     OrderingBench(Box<waitroom_bench::ordering::OrderingBenchArgs>),
+    /// Enters and polls with and without a flood of seat-map reads (docs/benchmarks.md).
+    MapFlood(Box<waitroom_bench::mapflood::MapFloodArgs>),
     /// Picks per second of the admission's K-way merge at 8 and 64 shards.
     Merge(waitroom_bench::merge::MergeArgs),
 }
@@ -36,6 +38,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Loadgen(args) => waitroom_bench::loadgen::run(*args).await.map(|_| ()),
         Command::LedgerBench(args) => waitroom_bench::ledger::run(*args).await.map(|_| ()),
         Command::OrderingBench(args) => waitroom_bench::ordering::run(*args).await.map(|_| ()),
+        Command::MapFlood(args) => waitroom_bench::mapflood::run(*args).await.map(|_| ()),
         Command::Merge(args) => {
             waitroom_bench::merge::run(&args);
             Ok(())
