@@ -13,10 +13,16 @@ local h = cjson.decode(raw)
 if h.ticket ~= ARGV[2] then return {-1} end
 if h.booking then return {-2} end
 if h.seats then
+  -- Only seats that still say this hold go back: a seat the ledger's verdict or a repair has
+  -- set since (sold to a booking, say) is not this hold's to free.
+  local freed = 0
   for _, s in ipairs(h.seats) do
-    redis.call('HSET', KEYS[2], s, '')
+    if redis.call('HGET', KEYS[2], s) == 'h:' .. ARGV[1] then
+      redis.call('HSET', KEYS[2], s, '')
+      freed = freed + 1
+    end
   end
-  redis.call('HINCRBY', KEYS[1], 'available', #h.seats)
+  redis.call('HINCRBY', KEYS[1], 'available', freed)
 else
   redis.call('HINCRBY', KEYS[1], 'available', h.quantity)
 end

@@ -18,3 +18,46 @@ pub mod loadgen;
 pub mod mapflood;
 pub mod merge;
 pub mod ordering;
+
+/// Creates an event (`event_body` as its configuration) and a seated show of about `seats`
+/// seats in rows of `per_row` (at most 26 rows) over the admin API; returns the seat ids.
+#[allow(clippy::too_many_arguments)]
+pub async fn create_sale(
+    http: &reqwest::Client,
+    url: &str,
+    admin_token: &str,
+    event: &str,
+    event_body: serde_json::Value,
+    show: &str,
+    seats: usize,
+    per_row: usize,
+) -> anyhow::Result<Vec<String>> {
+    use anyhow::Context as _;
+    let put = |path: String, body: serde_json::Value, what: &'static str| async move {
+        let r = http
+            .put(format!("{url}{path}"))
+            .bearer_auth(admin_token)
+            .json(&body)
+            .send()
+            .await
+            .with_context(|| format!("creating the {what}"))?;
+        anyhow::ensure!(
+            r.status().is_success(),
+            "creating the {what}: {}",
+            r.text().await.unwrap_or_default()
+        );
+        Ok(())
+    };
+    put(format!("/admin/v1/events/{event}"), event_body, "event").await?;
+    let rows = seats.div_ceil(per_row).clamp(1, 26);
+    let last_row = (b'A' + rows as u8 - 1) as char;
+    put(
+        format!("/admin/v1/shows/{show}"),
+        serde_json::json!({"event": event, "rows": format!("A-{last_row}"), "seats_per_row": per_row}),
+        "show",
+    )
+    .await?;
+    Ok((0..rows)
+        .flat_map(|r| (1..=per_row).map(move |n| format!("{}-{n}", (b'A' + r as u8) as char)))
+        .collect())
+}

@@ -20,7 +20,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use rand::Rng as _;
@@ -601,41 +600,19 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
         .build()?;
     let tag = &uuid::Uuid::new_v4().simple().to_string()[..10];
     let (event, show) = (format!("lg{tag}"), format!("lg{tag}-hall"));
-    let admin = |path: String, body: Value| {
-        http.put(format!("{}{path}", args.url))
-            .bearer_auth(&args.admin_token)
-            .json(&body)
-            .send()
-    };
-    let r = admin(
-        format!("/admin/v1/events/{event}"),
+    let seats = crate::create_sale(
+        &http,
+        &args.url,
+        &args.admin_token,
+        &event,
         json!({"shards": args.shards, "admit_per_second": 0,
                "active_capacity": 10_000_000, "strategy": args.strategy, "max_seats_per_hold": 4,
                "abandon_after_seconds": args.abandon_after_seconds}),
+        &show,
+        args.seats,
+        50,
     )
-    .await
-    .context("creating the event")?;
-    anyhow::ensure!(
-        r.status().is_success(),
-        "creating the event: {}",
-        r.text().await.unwrap_or_default()
-    );
-    let rows = args.seats.div_ceil(50).clamp(1, 26);
-    let last_row = (b'A' + rows as u8 - 1) as char;
-    let r = admin(
-        format!("/admin/v1/shows/{show}"),
-        json!({"event": event, "rows": format!("A-{last_row}"), "seats_per_row": 50}),
-    )
-    .await
-    .context("creating the show")?;
-    anyhow::ensure!(
-        r.status().is_success(),
-        "creating the show: {}",
-        r.text().await.unwrap_or_default()
-    );
-    let seats: Vec<String> = (0..rows)
-        .flat_map(|r| (1..=50).map(move |n| format!("{}-{n}", (b'A' + r as u8) as char)))
-        .collect();
+    .await?;
 
     let before = redis_figures(&args.redis_nodes).await;
     let cpu_before = (

@@ -21,7 +21,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use clap::Args;
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -270,37 +269,18 @@ pub async fn run(args: MapFloodArgs) -> anyhow::Result<MapFloodReport> {
         .build()?;
     let tag = &uuid::Uuid::new_v4().simple().to_string()[..10];
     let (event, show) = (format!("mf{tag}"), format!("mf{tag}-hall"));
-    let admin = |path: String, body: Value| {
-        http.put(format!("{}{path}", args.url))
-            .bearer_auth(&args.admin_token)
-            .json(&body)
-            .send()
-    };
-    let r = admin(
-        format!("/admin/v1/events/{event}"),
+    let seat_ids = crate::create_sale(
+        &http,
+        &args.url,
+        &args.admin_token,
+        &event,
         json!({"shards": 8, "admit_per_second": 0, "active_capacity": 1000,
                "abandon_after_seconds": 600}),
+        &show,
+        args.seats,
+        100,
     )
-    .await
-    .context("creating the event")?;
-    anyhow::ensure!(
-        r.status().is_success(),
-        "creating the event: {}",
-        r.text().await.unwrap_or_default()
-    );
-    let rows = args.seats.div_ceil(100).clamp(1, 26);
-    let last_row = (b'A' + rows as u8 - 1) as char;
-    let r = admin(
-        format!("/admin/v1/shows/{show}"),
-        json!({"event": event, "rows": format!("A-{last_row}"), "seats_per_row": 100}),
-    )
-    .await
-    .context("creating the show")?;
-    anyhow::ensure!(
-        r.status().is_success(),
-        "creating the show: {}",
-        r.text().await.unwrap_or_default()
-    );
+    .await?;
     let map_bytes = http
         .get(format!("{}/v1/shows/{show}/seats", args.url))
         .send()
@@ -374,7 +354,7 @@ pub async fn run(args: MapFloodArgs) -> anyhow::Result<MapFloodReport> {
     }
     let report = MapFloodReport {
         label: args.label.clone(),
-        seats: rows * 100,
+        seats: seat_ids.len(),
         map_bytes,
         phases,
     };

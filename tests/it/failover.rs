@@ -99,15 +99,14 @@ async fn active(app: &TestApp, ev: &str) -> u64 {
     app.active_tickets(ev).await.len() as u64
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killing_a_primary_gives_503_during_failover_then_service_resumes_with_nobody_lost() {
-    let mut cluster = RedisProcs::cluster(7100);
+/// A service on `cluster` with two events: `ev`, 200 people waiting (admission off), and
+/// `flowing`, 600 people admitted 10 a second all along, so admission runs through the fault.
+async fn sale(cluster: &RedisProcs) -> (Arc<TestApp>, String, String, Vec<String>) {
     let urls = cluster.urls();
     let app = Arc::new(spawn_app_with(|c| c.redis.nodes = urls).await);
     let ev = unique("e");
     app.create_event(&ev, json!({"shards": 8, "admit_per_second": 0}))
         .await;
-    // A second event admits all along, so admission runs through the fault.
     let flowing = unique("e");
     app.create_event(
         &flowing,
@@ -116,6 +115,13 @@ async fn killing_a_primary_gives_503_during_failover_then_service_resumes_with_n
     .await;
     line(&app, &flowing, "f", 600).await;
     let tickets = line(&app, &ev, "u", 200).await;
+    (app, ev, flowing, tickets)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_a_primary_gives_503_during_failover_then_service_resumes_with_nobody_lost() {
+    let mut cluster = RedisProcs::cluster(7100);
+    let (app, ev, flowing, tickets) = sale(&cluster).await;
     // Entries keep coming right up to the kill: nothing waits for the replicas to catch up.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let stop = Arc::new(AtomicBool::new(false));
@@ -184,19 +190,7 @@ async fn killing_a_primary_gives_503_during_failover_then_service_resumes_with_n
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_primary_gives_503_not_a_hang_and_service_resumes_when_it_thaws() {
     let cluster = RedisProcs::cluster(7110);
-    let urls = cluster.urls();
-    let app = Arc::new(spawn_app_with(|c| c.redis.nodes = urls).await);
-    let ev = unique("e");
-    app.create_event(&ev, json!({"shards": 8, "admit_per_second": 0}))
-        .await;
-    let flowing = unique("e");
-    app.create_event(
-        &flowing,
-        json!({"shards": 2, "admit_per_second": 10, "active_capacity": 100000}),
-    )
-    .await;
-    line(&app, &flowing, "f", 600).await;
-    let tickets = line(&app, &ev, "u", 200).await;
+    let (app, ev, flowing, tickets) = sale(&cluster).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let tags = app.shard_tags(&ev).await;
     let victim = cluster.primary_for_slot(slot(&app.keys.shard(&tags[0]).waiting));

@@ -867,3 +867,34 @@ async fn when_kafka_does_not_acknowledge_the_answer_is_503_with_the_booking_and_
             .unwrap();
     assert_eq!(intents, vec![hold_id]);
 }
+
+/// Giving a hold back frees only the seats that still say that hold: a seat the ledger's
+/// verdict or a repair set to sold meanwhile stays sold (release_hold.lua checks each seat).
+#[tokio::test]
+async fn releasing_a_hold_frees_only_the_seats_it_still_holds() {
+    let app = spawn_app().await;
+    let (ev, show) = sale(&app, json!({"seats": ["A-1", "A-2"]}), json!({})).await;
+    let token = admitted(&app, &ev, "alice").await;
+    let h: Value = hold(&app, &show, &token, json!({"seats": ["A-1", "A-2"]}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let hold_id = h["hold_id"].as_str().unwrap().to_owned();
+    // A-2 was set sold by something else meanwhile (a reconcile repair from the ledger, say).
+    let sold_by = format!("s:{}", uuid::Uuid::new_v4());
+    let () = app
+        .redis
+        .clone()
+        .hset(app.keys.show(&show).seats, "A-2", &sold_by)
+        .await
+        .unwrap();
+    let r = release(&app, &show, &token, &hold_id).await;
+    assert!(r.status().is_success(), "{}", r.status());
+    let states = seat_states(&app, &show).await;
+    assert_eq!(states["A-1"], "available");
+    assert_eq!(
+        states["A-2"], "sold",
+        "a seat no longer this hold's stayed as it was"
+    );
+}

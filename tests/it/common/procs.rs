@@ -229,13 +229,15 @@ impl RedisProcs {
         });
     }
 
-    fn child(&self, port: u16) -> &Child {
-        let i = self
-            .ports
+    fn index(&self, port: u16) -> usize {
+        self.ports
             .iter()
             .position(|p| *p == port)
-            .expect("known port");
-        self.children[i].as_ref().expect("running")
+            .expect("known port")
+    }
+
+    fn child(&self, port: u16) -> &Child {
+        self.children[self.index(port)].as_ref().expect("running")
     }
 
     /// Freezes the node on `port` (SIGSTOP): it neither answers nor replicates, and its
@@ -251,33 +253,13 @@ impl RedisProcs {
         signal(self.child(port).id(), "-CONT");
     }
 
-    /// Starts a killed cluster node again on its port and directory: it keeps its identity
-    /// (nodes.conf) and rejoins, as a replica when its slots moved on meanwhile.
-    #[allow(dead_code)]
-    pub fn restart(&mut self, port: u16) {
-        let i = self
-            .ports
-            .iter()
-            .position(|p| *p == port)
-            .expect("known port");
-        assert!(self.children[i].is_none(), "node {port} still runs");
-        self.children[i] = Some(start_node(&self.dir, port, true));
-        wait_until(Duration::from_secs(10), "restarted node", || {
-            cli(port, &["ping"]).contains("PONG")
-        });
-    }
-
     /// Replaces a killed node by a fresh one on its port (no data, a new identity) that joins
     /// as a replica of the primary on `of`: how an operator restores redundancy after a
     /// failover without persistence (restarting the old node with its old identity would let
     /// it serve its former slots, empty, until the cluster corrects it).
     #[allow(dead_code)]
     pub fn replace_as_replica(&mut self, port: u16, of: u16) {
-        let i = self
-            .ports
-            .iter()
-            .position(|p| *p == port)
-            .expect("known port");
+        let i = self.index(port);
         assert!(self.children[i].is_none(), "node {port} still runs");
         let _ = std::fs::remove_dir_all(self.dir.join(port.to_string()));
         self.children[i] = Some(start_node(&self.dir, port, true));
@@ -297,11 +279,7 @@ impl RedisProcs {
 
     /// kill -9 of the node on `port`.
     pub fn kill(&mut self, port: u16) {
-        let i = self
-            .ports
-            .iter()
-            .position(|p| *p == port)
-            .expect("known port");
+        let i = self.index(port);
         if let Some(mut c) = self.children[i].take() {
             c.kill().unwrap();
             c.wait().unwrap();
