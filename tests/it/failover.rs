@@ -94,6 +94,26 @@ fn assert_clean(seen: &Seen) {
     );
 }
 
+/// Prints what clients saw, from the fault's start.
+fn report(what: &str, since: Instant, seen: &Seen) {
+    eprintln!(
+        "{what} {:?} after the fault; answers {:?}; slowest {:?}",
+        since.elapsed(),
+        seen.statuses,
+        seen.slowest
+    );
+}
+
+/// Everyone in `tickets` still has a place, and the places are exactly 1..=n.
+async fn assert_line_intact(app: &TestApp, ev: &str, tickets: &[String]) {
+    let mut positions = Vec::new();
+    for t in tickets {
+        positions.push(app.poll_ok(ev, t).await["position"].as_u64().unwrap());
+    }
+    positions.sort();
+    assert_eq!(positions, (1..=tickets.len() as u64).collect::<Vec<_>>());
+}
+
 /// Active sessions of an event, from the admin API's figures.
 async fn active(app: &TestApp, ev: &str) -> u64 {
     app.active_tickets(ev).await.len() as u64
@@ -151,20 +171,9 @@ async fn killing_a_primary_gives_503_during_failover_then_service_resumes_with_n
     stop.store(true, Ordering::Relaxed);
     let late = late.await.unwrap();
     assert_clean(&seen);
-    eprintln!(
-        "failover: service back {:?} after the kill; answers {:?}; slowest {:?}",
-        killed_at.elapsed(),
-        seen.statuses,
-        seen.slowest
-    );
-
+    report("failover: service back", killed_at, &seen);
     // Everyone who entered a second before the kill is still in line, in order, 1..200.
-    let mut positions = Vec::new();
-    for t in &tickets {
-        positions.push(app.poll_ok(&ev, t).await["position"].as_u64().unwrap());
-    }
-    positions.sort();
-    assert_eq!(positions, (1..=200).collect::<Vec<_>>());
+    assert_line_intact(&app, &ev, &tickets).await;
     // Entries of the last moment on the killed primary may be lost (asynchronous replication;
     // docs/reliability.md): a lost ticket is told so (404), never shown a wrong place.
     let mut lost = 0;
@@ -217,18 +226,8 @@ async fn a_frozen_primary_gives_503_not_a_hang_and_service_resumes_when_it_thaws
         "an answer took {:?} while a node hung",
         seen.slowest
     );
-    eprintln!(
-        "frozen primary: service back {:?} after the freeze; answers {:?}; slowest {:?}",
-        frozen_at.elapsed(),
-        seen.statuses,
-        seen.slowest
-    );
-    let mut positions = Vec::new();
-    for t in &tickets {
-        positions.push(app.poll_ok(&ev, t).await["position"].as_u64().unwrap());
-    }
-    positions.sort();
-    assert_eq!(positions, (1..=200).collect::<Vec<_>>());
+    report("frozen primary: service back", frozen_at, &seen);
+    assert_line_intact(&app, &ev, &tickets).await;
     let admitted = active(&app, &flowing).await;
     eventually(Duration::from_secs(20), "admission resumed", || async {
         (active(&app, &flowing).await > admitted + 10).then_some(())
