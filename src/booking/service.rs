@@ -214,9 +214,10 @@ impl Bookings {
             mac: String::new(),
         }
         .signed(self.queue.signer());
-        if fresh {
-            self.replicated(&req).await?;
-        }
+        // A repeat (the hold was booked before) waits for replicas too: the earlier attempt may
+        // have ended before its mark was durable (an undo that could not run). It is never
+        // undone, though: that attempt or the sweeper may have published it.
+        self.replicated(&req, fresh).await?;
         let unknown = || BookingError::Unknown {
             booking_id: msg.booking_id.clone(),
         };
@@ -247,9 +248,10 @@ impl Bookings {
     }
 
     /// Step 2b: the sold mark has reached `replicas` replicas of the show's primary, or the
-    /// booking is undone (it was never published, so nothing else can know of it) and the
-    /// answer is 503: a 201 must not rest on a mark a failover can forget.
-    async fn replicated(&self, req: &Request) -> Result<(), BookingError> {
+    /// answer is 503: a 201 must not rest on a mark a failover can forget. A fresh mark is undone
+    /// (it was never published, so nothing else can know of it); a repeated one is not (an
+    /// earlier attempt or the sweeper may have published it): its outcome is the ledger's.
+    async fn replicated(&self, req: &Request, fresh: bool) -> Result<(), BookingError> {
         let Durability { replicas, wait } = self.durability;
         if replicas == 0 {
             return Ok(());
@@ -272,6 +274,11 @@ impl Bookings {
             Err(e) => tracing::warn!(booking = %req.booking_id, error = %e, "WAIT failed; undoing"),
         }
         metrics::counter!(telemetry::BOOKINGS_API, "status" => "not_replicated").increment(1);
+        if !fresh {
+            return Err(BookingError::Unknown {
+                booking_id: req.booking_id.to_string(),
+            });
+        }
         let mut undo = with_show_keys(&self.store.scripts().unbook, &k);
         let undone: Result<i64, _> = undo
             .key(&k.intents)
