@@ -36,7 +36,14 @@ async fn admission_respects_capacity_and_rate_and_admits_in_arrival_order() {
 
     let mut samples = 0;
     loop {
-        let active = app.active_tickets(&ev).await;
+        // The shards are read one after another while admission runs: a tick landing between
+        // two reads would show a torn set. Two reads that agree saw no tick in between.
+        let active = loop {
+            let first = app.active_tickets(&ev).await;
+            if app.active_tickets(&ev).await == first {
+                break first;
+            }
+        };
         let elapsed = t0.elapsed().as_secs_f64();
         // Capacity is never exceeded.
         assert!(active.len() <= 30, "{} active > capacity 30", active.len());
