@@ -3,7 +3,10 @@
 --
 -- KEYS[1..4]  the show keys (see show_lib.lua)
 -- ARGV[1]     now, ms
--- ARGV[2..]   pairs: seat id, state ('' = AVAILABLE in PostgreSQL, 's:<booking>' = SOLD there);
+-- ARGV[2..]   pairs: seat id, state ('' = AVAILABLE in PostgreSQL, 's:<booking>' = SOLD there),
+--             optionally after '#rejected' and a booking id: then a seat is freed only while it
+--             is still marked for that (rejected) booking — the ledger's '' was read before its
+--             commit, and another applier may have sold the seat since;
 --             or, for general admission, '#ga' and the quantity of a rejected booking;
 --             or '#ga-sold', the `sold` reconcile read, and the ledger's sold (KEYS[5], the
 --             show's intents, must be empty): `sold` becomes the ledger's and `available` moves
@@ -30,14 +33,18 @@ if ARGV[2] == '#ga-sold' then
   return 1
 end
 local changed, avail_delta, sold_delta = 0, 0, 0
-for i = 2, #ARGV, 2 do
+local first, only = 2, nil
+if ARGV[2] == '#rejected' then
+  first, only = 4, 's:' .. ARGV[3]
+end
+for i = first, #ARGV, 2 do
   local seat, truth = ARGV[i], ARGV[i + 1]
   local cur = redis.call('HGET', KEYS[2], seat)
   if cur then
     local cur_sold = string.sub(cur, 1, 2) == 's:'
     local cur_free = cur == ''
     if truth == '' then
-      if cur_sold then
+      if cur_sold and (only == nil or cur == only) then
         redis.call('HSET', KEYS[2], seat, '')
         avail_delta = avail_delta + 1
         sold_delta = sold_delta - 1

@@ -77,6 +77,8 @@ pub struct Config {
     #[command(flatten)]
     pub kafka: KafkaConfig,
     #[command(flatten)]
+    pub ledger: LedgerConfig,
+    #[command(flatten)]
     pub auth: AuthConfig,
     #[command(flatten)]
     pub admission: AdmissionConfig,
@@ -230,6 +232,56 @@ pub struct DbConfig {
         default_value = "postgres://postgres@127.0.0.1:5432/waitroom"
     )]
     pub url: Secret,
+    /// Connections of the service's own pool (booking status reads, `/readyz`, the sweeper);
+    /// the ledger has a pool of its own (`WAITROOM_LEDGER_DB_CONNECTIONS`).
+    #[arg(
+        long = "database-connections",
+        env = "WAITROOM_DATABASE_CONNECTIONS",
+        default_value_t = 8,
+        value_parser = clap::value_parser!(u32).range(1..=1000)
+    )]
+    pub connections: u32,
+}
+
+/// The ledger (Kafka → PostgreSQL).
+#[derive(Debug, Clone, Args)]
+pub struct LedgerConfig {
+    /// Appliers in this process: the partitions the ledger's consumer group gives the process
+    /// are shared among them by partition number, each applying its own in transactions of its
+    /// own. More appliers than partitions leaves the extra ones idle; several `waitroom ledger`
+    /// processes share the topic's partitions through the group.
+    #[arg(
+        long = "ledger-appliers",
+        env = "WAITROOM_LEDGER_APPLIERS",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..=64)
+    )]
+    pub appliers: u32,
+    /// Connections of the ledger's own PostgreSQL pool (one per applier is used at a time).
+    #[arg(
+        long = "ledger-db-connections",
+        env = "WAITROOM_LEDGER_DB_CONNECTIONS",
+        default_value_t = 4,
+        value_parser = clap::value_parser!(u32).range(1..=1000)
+    )]
+    pub db_connections: u32,
+    /// Most bookings applied in one transaction.
+    #[arg(
+        long = "ledger-batch-max",
+        env = "WAITROOM_LEDGER_BATCH_MAX",
+        default_value_t = 5000,
+        value_parser = clap::value_parser!(u32).range(1..=50_000)
+    )]
+    pub batch_max: u32,
+    /// Longest a batch waits to fill once its first booking arrived, ms (the ledger's latency
+    /// floor under a light load; under a heavy one batches fill by count first).
+    #[arg(
+        long = "ledger-batch-window-ms",
+        env = "WAITROOM_LEDGER_BATCH_WINDOW_MS",
+        default_value_t = 50,
+        value_parser = clap::value_parser!(u64).range(1..=5_000)
+    )]
+    pub batch_window_ms: u64,
 }
 
 /// Kafka settings.
@@ -256,6 +308,16 @@ pub struct KafkaConfig {
         default_value = "waitroom-ledger"
     )]
     pub group: String,
+    /// Partitions of the bookings topic when the service creates it (an existing topic keeps
+    /// its own). Bookings are keyed by booking id, so a sale spreads over all of them and as
+    /// many appliers can decide it side by side.
+    #[arg(
+        long = "kafka-partitions",
+        env = "WAITROOM_KAFKA_PARTITIONS",
+        default_value_t = 6,
+        value_parser = clap::value_parser!(i32).range(1..=1000)
+    )]
+    pub partitions: i32,
     /// Do not run the ledger consumer inside `serve` (run `waitroom ledger` separately).
     #[arg(long, env = "WAITROOM_NO_LEDGER", default_value_t = false)]
     pub no_ledger: bool,

@@ -44,12 +44,9 @@ async fn main() -> anyhow::Result<()> {
             migrate(services.db())
                 .await
                 .context("running migrations before the ledger starts")?;
-            consumer::run(
-                config.kafka.clone(),
-                services.bookings,
-                shutdown_on_signals(),
-            )
-            .await
+            consumer::Ledger::new(&config, services.bookings)?
+                .run(shutdown_on_signals())
+                .await
         }
         Command::Reconcile(args) => {
             let (_, secret) = args.config.secrets()?;

@@ -59,7 +59,7 @@ impl Services {
         let store = Store::connect(&config.redis).await?;
         let queue = Arc::new(Queue::new(store.clone(), Signer::new(token_secret)));
         let db = PgPoolOptions::new()
-            .max_connections(8)
+            .max_connections(config.db.connections)
             .acquire_timeout(Duration::from_secs(2))
             .connect_lazy(config.db.url.expose())
             .context("parsing WAITROOM_DATABASE_URL")?;
@@ -202,18 +202,14 @@ impl Application {
             }));
         }
         if !self.config.kafka.no_ledger {
-            let (cfg, bookings, ready, token) = (
-                self.config.kafka.clone(),
-                self.state.bookings.clone(),
-                self.state.readiness.clone(),
-                shutdown.clone(),
-            );
+            let ledger = consumer::Ledger::new(&self.config, self.state.bookings.clone())?;
+            let (ready, token) = (self.state.readiness.clone(), shutdown.clone());
             background.push(tokio::spawn(async move {
                 // The ledger writes to the schema: wait until it exists.
                 if !ready.wait_for_schema(&token).await {
                     return;
                 }
-                if let Err(e) = consumer::run(cfg, bookings, token).await {
+                if let Err(e) = ledger.run(token).await {
                     tracing::error!(error = ?e, "ledger consumer stopped");
                 }
             }));

@@ -93,6 +93,10 @@ pub const QUEUE_ENTERED: &str = "waitroom_queue_entered_total";
 pub const QUEUE_POLLS: &str = "waitroom_queue_polls_total";
 /// Seconds one ledger batch took from its first message to its committed offsets.
 pub const LEDGER_BATCH_SECONDS: &str = "waitroom_ledger_batch_seconds";
+/// Seconds of each phase of a ledger batch, by `phase`: `receive` (first message to a full or
+/// timed-out batch), `sql` (the transaction), `offsets` (storing the offsets), `align` (Redis
+/// aligned with the decisions).
+pub const LEDGER_PHASE_SECONDS: &str = "waitroom_ledger_phase_seconds";
 /// Booking messages the ledger could not apply and set aside.
 pub const LEDGER_DEAD_LETTERS: &str = "waitroom_ledger_dead_letters_total";
 /// The configured capacity of one Redis node, operations per second (the 70 % line of the
@@ -163,10 +167,14 @@ pub fn metrics_handle() -> PrometheusHandle {
                 .expect("valid buckets")
                 .set_buckets_for_metric(
                     Matcher::Full(LEDGER_BATCH_SEATS.to_owned()),
-                    &[1.0, 5.0, 10.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2000.0],
+                    &[
+                        1.0, 5.0, 10.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0,
+                    ],
                 )
                 .expect("valid buckets")
                 .set_buckets_for_metric(Matcher::Full(LEDGER_BATCH_SECONDS.to_owned()), &buckets)
+                .expect("valid buckets")
+                .set_buckets_for_metric(Matcher::Full(LEDGER_PHASE_SECONDS.to_owned()), &buckets)
                 .expect("valid buckets")
                 .set_buckets_for_metric(
                     Matcher::Full(COMMANDS_PER_POLL.to_owned()),

@@ -3,11 +3,13 @@
 //! - [`service`]: [`Bookings`] — a hold becoming a booking (authorize, mark sold, publish or
 //!   undo, finish), a booking's status, rejected bookings settled into Redis, reconcile.
 //! - [`producer`]: publishes a confirmed booking to Kafka and waits for the broker's
-//!   acknowledgement (idempotent producer, `acks=all`, keyed by show so a show's bookings stay
-//!   ordered). The HTTP 201 is sent only after that acknowledgement.
-//! - [`consumer`]: the ledger — reads the topic in a consumer group, applies bookings to
-//!   PostgreSQL in batches with a conditional update, and commits offsets only after the
-//!   transaction commits (at-least-once delivery, made harmless by the booking id key).
+//!   acknowledgement (`acks=all`, keyed by booking id so a sale spreads over every partition
+//!   and the copies of one booking share one). The HTTP 201 is sent only after that
+//!   acknowledgement.
+//! - [`consumer`]: the ledger — appliers in a consumer group, each applying its partitions to
+//!   PostgreSQL in batches with a conditional update under row locks, committing offsets only
+//!   after the transaction commits (at-least-once delivery, made harmless by the booking id:
+//!   a booking leaves `pending` once).
 //! - [`repo`]: the SQL.
 
 pub mod consumer;

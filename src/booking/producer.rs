@@ -13,9 +13,6 @@ use rdkafka::types::RDKafkaErrorCode;
 use super::{BookingError, BookingMessage};
 use crate::config::KafkaConfig;
 
-/// Partitions of a topic created by the service.
-const PARTITIONS: i32 = 3;
-
 /// Fewest seconds between two replacements of the producer.
 const RESET_EVERY: Duration = Duration::from_secs(5);
 
@@ -56,8 +53,10 @@ impl BookingProducer {
     /// Publishes one booking and waits until the broker has it (or fails).
     pub async fn publish(&self, booking: &BookingMessage) -> Result<(), BookingError> {
         let payload = serde_json::to_vec(booking).expect("booking serializes");
+        // Keyed by booking id: a sale spreads over every partition (and so over every applier),
+        // while the copies of one booking (a repeat, the sweeper's republication) share one.
         let record = FutureRecord::to(&self.cfg.topic)
-            .key(booking.show.as_bytes())
+            .key(booking.booking_id.as_bytes())
             .payload(&payload);
         let producer = self.producer.read().expect("not poisoned").clone();
         let sent = producer.send(record, self.ack_timeout).await;
@@ -93,13 +92,13 @@ impl BookingProducer {
     }
 }
 
-/// Creates the bookings topic when it does not exist yet.
+/// Creates the bookings topic with `cfg.partitions` partitions when it does not exist yet.
 pub async fn ensure_topic(cfg: &KafkaConfig) -> anyhow::Result<()> {
     let admin: AdminClient<DefaultClientContext> = cfg
         .client()
         .create()
         .context("creating the Kafka admin client")?;
-    let topic = NewTopic::new(&cfg.topic, PARTITIONS, TopicReplication::Fixed(1));
+    let topic = NewTopic::new(&cfg.topic, cfg.partitions, TopicReplication::Fixed(1));
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(5)));
     let results = admin
         .create_topics([&topic], &opts)

@@ -24,8 +24,22 @@ pub enum Decision {
 /// The row-locked states of the seats a batch names: (show, seat) → the booking holding it.
 type SeatStates = HashMap<(String, String), Option<Uuid>>;
 
+/// A general-admission show's places as locked for the batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Places {
+    /// Sold before this batch.
+    sold: i32,
+    /// The show's quantity.
+    quantity: i32,
+    /// Taken by this batch so far.
+    taken: i32,
+}
+
+/// General-admission shows of a batch: show → its places.
+type PlaceStates = HashMap<String, Places>;
+
 /// What a batch decided, ready to write.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Decided {
     decisions: Vec<Decision>,
     /// Seats to sell: show, seat, booking.
@@ -34,9 +48,12 @@ struct Decided {
     status: (Vec<Uuid>, Vec<&'static str>),
 }
 
-/// Applies a batch of bookings inside `tx`, set-based: a handful of statements per batch, not
-/// per booking. Decisions are made in batch order under row locks, then one conditional UPDATE
-/// sells every seat of the accepted bookings. Returns one decision per input booking.
+/// Applies a batch of bookings inside `tx`, set-based: the same handful of statements whatever
+/// the batch's size (seated or general admission). Every row a decision reads is locked first,
+/// in a stable order (seats by show and seat, then shows by id), so appliers of several
+/// partitions never deadlock and never decide on a stale state; decisions are made in batch
+/// order; then one conditional UPDATE sells every accepted seat and one every accepted place —
+/// the last line against double selling. Returns one decision per input booking.
 pub async fn apply_batch(
     tx: &mut Transaction<'_, Postgres>,
     batch: &[BookingMessage],
@@ -46,15 +63,17 @@ pub async fn apply_batch(
         .map(|b| Uuid::parse_str(&b.booking_id).map_err(|e| sqlx::Error::Decode(Box::new(e))))
         .collect::<Result<_, _>>()?;
     let fresh = insert_new(tx, batch, &ids).await?;
-    let mut states = lock_seats(tx, batch, &ids, &fresh).await?;
-    let decided = decide(tx, batch, &ids, &fresh, &mut states).await?;
+    let mut seats = lock_seats(tx, batch, &ids, &fresh).await?;
+    let mut places = lock_places(tx, batch, &ids, &fresh).await?;
+    let decided = decide(batch, &ids, &fresh, &mut seats, &mut places);
     sell(tx, &decided.sell).await?;
+    sell_places(tx, &places).await?;
     record(tx, &decided.status).await?;
     Ok(decided.decisions)
 }
 
 /// Step 1: insert every booking as pending; returns the ids that were new (the others are
-/// redeliveries).
+/// redeliveries, or bookings another applier inserted first: its transaction decides them).
 async fn insert_new(
     tx: &mut Transaction<'_, Postgres>,
     batch: &[BookingMessage],
@@ -70,7 +89,12 @@ async fn insert_new(
     .bind(batch.iter().map(|b| b.show.clone()).collect::<Vec<_>>())
     .bind(batch.iter().map(|b| b.ticket.clone()).collect::<Vec<_>>())
     .bind(batch.iter().map(|b| b.seats.join(",")).collect::<Vec<_>>())
-    .bind(batch.iter().map(|b| b.quantity as i32).collect::<Vec<_>>())
+    .bind(
+        batch
+            .iter()
+            .map(|b| i32::try_from(b.quantity).unwrap_or(i32::MAX))
+            .collect::<Vec<_>>(),
+    )
     .fetch_all(&mut **tx)
     .await?
     .into_iter()
@@ -93,6 +117,9 @@ async fn lock_seats(
             }
         }
     }
+    if lock_seat.is_empty() {
+        return Ok(SeatStates::new());
+    }
     Ok(sqlx::query(
         "SELECT s.show_id, s.seat_id, s.booking_id FROM seats s \
          JOIN unnest($1::text[], $2::text[]) AS w(show, seat) ON s.show_id = w.show AND s.seat_id = w.seat \
@@ -107,17 +134,57 @@ async fn lock_seats(
     .collect())
 }
 
-/// Step 3: decide in batch order. A seated booking is accepted when every seat is available
-/// (and not taken by an earlier booking of this batch); a general-admission one when its
-/// conditional count update succeeds. A booking can appear twice in one batch (a repeated
-/// confirmation publishes again): only its first copy is decided.
-async fn decide(
+/// Step 2b: lock the general-admission shows the new place bookings name (by id) and read
+/// their places. `FOR NO KEY UPDATE`, the lock an UPDATE of `ga_sold` takes anyway: it does not
+/// wait for the key-share locks other appliers' booking inserts hold on the same show.
+async fn lock_places(
     tx: &mut Transaction<'_, Postgres>,
     batch: &[BookingMessage],
     ids: &[Uuid],
     fresh: &HashSet<Uuid>,
-    states: &mut SeatStates,
-) -> Result<Decided, sqlx::Error> {
+) -> Result<PlaceStates, sqlx::Error> {
+    let mut shows: Vec<String> = batch
+        .iter()
+        .zip(ids)
+        .filter(|(b, id)| b.seats.is_empty() && fresh.contains(*id))
+        .map(|(b, _)| b.show.clone())
+        .collect();
+    if shows.is_empty() {
+        return Ok(PlaceStates::new());
+    }
+    shows.sort();
+    shows.dedup();
+    Ok(sqlx::query(
+        "SELECT show_id, ga_sold, ga_quantity FROM shows \
+         WHERE show_id = ANY($1) AND ga_quantity IS NOT NULL \
+         ORDER BY show_id FOR NO KEY UPDATE",
+    )
+    .bind(&shows)
+    .fetch_all(&mut **tx)
+    .await?
+    .into_iter()
+    .map(|r| {
+        let places = Places {
+            sold: r.get(1),
+            quantity: r.get(2),
+            taken: 0,
+        };
+        (r.get::<String, _>(0), places)
+    })
+    .collect())
+}
+
+/// Step 3 (no I/O): decide in batch order. A seated booking is accepted when every seat is
+/// available (and not taken by an earlier booking of this batch); a general-admission one when
+/// its places still fit the show's quantity after the earlier ones. A booking can appear twice
+/// in one batch (a repeated confirmation publishes again): only its first copy is decided.
+fn decide(
+    batch: &[BookingMessage],
+    ids: &[Uuid],
+    fresh: &HashSet<Uuid>,
+    seats: &mut SeatStates,
+    places: &mut PlaceStates,
+) -> Decided {
     let mut out = Decided::default();
     let mut seen_in_batch = HashSet::new();
     for (b, id) in batch.iter().zip(ids) {
@@ -126,9 +193,9 @@ async fn decide(
             continue;
         }
         let ok = if b.seats.is_empty() {
-            sell_places(tx, b).await?
+            take_places(b, places)
         } else {
-            take_seats(b, *id, states, &mut out.sell)
+            take_seats(b, *id, seats, &mut out.sell)
         };
         out.status.0.push(*id);
         out.status.1.push(if ok { "confirmed" } else { "rejected" });
@@ -141,31 +208,34 @@ async fn decide(
                     .map(|s| {
                         (
                             s.clone(),
-                            states.get(&(b.show.clone(), s.clone())).copied().flatten(),
+                            seats.get(&(b.show.clone(), s.clone())).copied().flatten(),
                         )
                     })
                     .collect(),
             )
         });
     }
-    Ok(out)
+    out
 }
 
-/// General admission: sells `quantity` places if that many are left (one conditional update).
-async fn sell_places(
-    tx: &mut Transaction<'_, Postgres>,
-    b: &BookingMessage,
-) -> Result<bool, sqlx::Error> {
-    Ok(sqlx::query(
-        "UPDATE shows SET ga_sold = ga_sold + $2 \
-         WHERE show_id = $1 AND ga_quantity IS NOT NULL AND ga_sold + $2 <= ga_quantity",
-    )
-    .bind(&b.show)
-    .bind(b.quantity as i32)
-    .execute(&mut **tx)
-    .await?
-    .rows_affected()
-        == 1)
+/// General admission: takes `quantity` places when that many are left after the batch's
+/// earlier bookings.
+fn take_places(b: &BookingMessage, places: &mut PlaceStates) -> bool {
+    let Some(p) = places.get_mut(&b.show) else {
+        return false;
+    };
+    let Ok(q) = i32::try_from(b.quantity) else {
+        return false;
+    };
+    let fits = p
+        .sold
+        .checked_add(p.taken)
+        .and_then(|n| n.checked_add(q))
+        .is_some_and(|n| n <= p.quantity);
+    if fits {
+        p.taken += q;
+    }
+    fits
 }
 
 /// A seated booking: takes its seats in `states` (and queues them to sell) when all are free.
@@ -199,6 +269,9 @@ async fn sell(
     tx: &mut Transaction<'_, Postgres>,
     (shows, seats, bookings): &(Vec<String>, Vec<String>, Vec<Uuid>),
 ) -> Result<(), sqlx::Error> {
+    if seats.is_empty() {
+        return Ok(());
+    }
     let sold = sqlx::query(
         "UPDATE seats SET status = 'SOLD', booking_id = v.booking \
          FROM unnest($1::text[], $2::text[], $3::uuid[]) AS v(show, seat, booking) \
@@ -219,19 +292,66 @@ async fn sell(
     Ok(())
 }
 
-/// Step 5: record each decided booking's status.
+/// Step 4b: one conditional UPDATE sells every accepted place, show by show — the counterpart
+/// of `status = 'AVAILABLE'`: `ga_sold + n <= ga_quantity`. As with seats, a show whose update
+/// does not apply refuses the whole batch.
+async fn sell_places(
+    tx: &mut Transaction<'_, Postgres>,
+    places: &PlaceStates,
+) -> Result<(), sqlx::Error> {
+    let (shows, taken): (Vec<String>, Vec<i32>) = places
+        .iter()
+        .filter(|(_, p)| p.taken > 0)
+        .map(|(s, p)| (s.clone(), p.taken))
+        .unzip();
+    if shows.is_empty() {
+        return Ok(());
+    }
+    let sold = sqlx::query(
+        "UPDATE shows SET ga_sold = ga_sold + v.n \
+         FROM unnest($1::text[], $2::int[]) AS v(show, n) \
+         WHERE shows.show_id = v.show AND shows.ga_quantity IS NOT NULL \
+         AND shows.ga_sold + v.n <= shows.ga_quantity",
+    )
+    .bind(&shows)
+    .bind(&taken)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    if sold != shows.len() as u64 {
+        return Err(sqlx::Error::Protocol(format!(
+            "sold places of {sold} of {} locked shows",
+            shows.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Step 5: record each decided booking's status — once: a booking leaves `pending` exactly one
+/// time, and a batch that would decide one a second time is refused.
 async fn record(
     tx: &mut Transaction<'_, Postgres>,
     (ids, status): &(Vec<Uuid>, Vec<&'static str>),
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let recorded = sqlx::query(
         "UPDATE bookings SET status = v.status, decided_at = now() \
-         FROM unnest($1::uuid[], $2::text[]) AS v(id, status) WHERE bookings.booking_id = v.id",
+         FROM unnest($1::uuid[], $2::text[]) AS v(id, status) \
+         WHERE bookings.booking_id = v.id AND bookings.status = 'pending'",
     )
     .bind(ids)
     .bind(status)
     .execute(&mut **tx)
-    .await?;
+    .await?
+    .rows_affected();
+    if recorded != ids.len() as u64 {
+        return Err(sqlx::Error::Protocol(format!(
+            "recorded {recorded} of {} decisions",
+            ids.len()
+        )));
+    }
     Ok(())
 }
 
@@ -317,4 +437,127 @@ pub async fn dead_lettered(db: &PgPool, ids: &[Uuid]) -> Result<HashSet<Uuid>, s
             .filter_map(|s| Uuid::parse_str(&s).ok())
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn booking(show: &str, seats: &[&str], quantity: u32) -> (BookingMessage, Uuid) {
+        let id = Uuid::new_v4();
+        let b = BookingMessage {
+            booking_id: id.to_string(),
+            show: show.into(),
+            event: "e".into(),
+            ticket: Uuid::new_v4().to_string(),
+            seats: seats.iter().map(|s| s.to_string()).collect(),
+            quantity,
+            mac: String::new(),
+        };
+        (b, id)
+    }
+
+    fn run(
+        batch: &[(BookingMessage, Uuid)],
+        seats: &mut SeatStates,
+        places: &mut PlaceStates,
+    ) -> Decided {
+        let msgs: Vec<BookingMessage> = batch.iter().map(|(b, _)| b.clone()).collect();
+        let ids: Vec<Uuid> = batch.iter().map(|(_, id)| *id).collect();
+        let fresh: HashSet<Uuid> = ids.iter().copied().collect();
+        decide(&msgs, &ids, &fresh, seats, places)
+    }
+
+    #[test]
+    fn the_first_booking_of_a_seat_in_batch_order_wins_and_the_loser_sees_who_has_it() {
+        let mut seats: SeatStates = ["A1", "A2", "A3"]
+            .iter()
+            .map(|s| (("s".to_owned(), s.to_string()), None))
+            .collect();
+        let first = booking("s", &["A1", "A2"], 0);
+        let second = booking("s", &["A2", "A3"], 0);
+        let third = booking("s", &["A3"], 0);
+        let d = run(
+            &[first.clone(), second.clone(), third.clone()],
+            &mut seats,
+            &mut PlaceStates::new(),
+        );
+        assert_eq!(d.decisions[0], Decision::Confirmed);
+        assert_eq!(
+            d.decisions[1],
+            Decision::Rejected(vec![("A2".into(), Some(first.1)), ("A3".into(), None)])
+        );
+        assert_eq!(d.decisions[2], Decision::Confirmed);
+        assert_eq!(d.sell.1, vec!["A1", "A2", "A3"]);
+        assert_eq!(d.sell.2, vec![first.1, first.1, third.1]);
+        assert_eq!(d.status.1, vec!["confirmed", "rejected", "confirmed"]);
+    }
+
+    #[test]
+    fn a_seat_the_ledger_does_not_have_rejects_its_booking() {
+        let mut seats: SeatStates = [(("s".to_owned(), "A1".to_owned()), None)].into();
+        let d = run(
+            &[booking("s", &["A1", "Z9"], 0)],
+            &mut seats,
+            &mut PlaceStates::new(),
+        );
+        assert!(matches!(d.decisions[0], Decision::Rejected(_)));
+        assert!(d.sell.0.is_empty());
+    }
+
+    #[test]
+    fn places_are_taken_in_batch_order_until_the_quantity_is_reached() {
+        let mut places: PlaceStates = [(
+            "ga".to_owned(),
+            Places {
+                sold: 6,
+                quantity: 10,
+                taken: 0,
+            },
+        )]
+        .into();
+        let batch = [
+            booking("ga", &[], 3),
+            booking("ga", &[], 2),
+            booking("ga", &[], 1),
+            booking("seated", &[], 1),
+        ];
+        let d = run(&batch, &mut SeatStates::new(), &mut places);
+        assert_eq!(
+            d.status.1,
+            vec!["confirmed", "rejected", "confirmed", "rejected"]
+        );
+        assert_eq!(places["ga"].taken, 4);
+    }
+
+    #[test]
+    fn a_booking_twice_in_one_batch_or_not_new_is_decided_once() {
+        let (b, id) = booking("ga", &[], 1);
+        let mut places: PlaceStates = [(
+            "ga".to_owned(),
+            Places {
+                sold: 0,
+                quantity: 5,
+                taken: 0,
+            },
+        )]
+        .into();
+        let d = run(
+            &[(b.clone(), id), (b, id)],
+            &mut SeatStates::new(),
+            &mut places,
+        );
+        assert_eq!(d.decisions, vec![Decision::Confirmed, Decision::Duplicate]);
+        assert_eq!(places["ga"].taken, 1);
+        let (old, old_id) = booking("ga", &[], 1);
+        let d = decide(
+            &[old],
+            &[old_id],
+            &HashSet::new(),
+            &mut SeatStates::new(),
+            &mut places,
+        );
+        assert_eq!(d.decisions, vec![Decision::Duplicate]);
+        assert!(d.status.0.is_empty());
+    }
 }

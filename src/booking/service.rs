@@ -163,7 +163,12 @@ impl Bookings {
     /// Writes the confirmed bookings' sold marks into Redis again: a no-op normally, and the
     /// repair when a failover promoted a replica that had not received a mark (a hold that took
     /// such a seat meanwhile loses it, and its booking answers 409 `hold_expired`).
-    pub async fn mark_confirmed(&self, confirmed: &[BookingMessage]) -> Result<(), BookingError> {
+    /// At most `chunk` seats per script run.
+    pub async fn mark_confirmed(
+        &self,
+        confirmed: &[BookingMessage],
+        chunk: usize,
+    ) -> Result<(), BookingError> {
         let mut by_show: HashMap<&str, Vec<String>> = HashMap::new();
         for b in confirmed.iter().filter(|b| !b.seats.is_empty()) {
             let pairs = by_show.entry(b.show.as_str()).or_default();
@@ -173,7 +178,10 @@ impl Bookings {
             }
         }
         for (show, pairs) in by_show {
-            self.settle(&ShowId::parse(show)?, &pairs).await?;
+            let show = ShowId::parse(show)?;
+            for part in pairs.chunks(chunk.max(1) * 2) {
+                self.settle(&show, part).await?;
+            }
         }
         Ok(())
     }
@@ -483,10 +491,23 @@ impl Bookings {
         self.queue.end_session(&req.event, &req.ticket).await?;
         metrics::counter!(telemetry::BOOKINGS_API, "status" => if fresh { "pending" } else { "replayed" })
             .increment(1);
-        let status = match repo::find(&self.db, req.booking_id).await {
-            Ok(Some(row)) => row.status,
-            _ => "pending".to_owned(),
+        // No PostgreSQL read on a fresh booking's path: it was published a moment ago and is
+        // `pending` (it resolves through GET /v1/bookings/{id}). A repeat tells what the ledger
+        // decided, when it can within a moment.
+        let status = if fresh {
+            None
+        } else {
+            tokio::time::timeout(
+                Duration::from_millis(500),
+                repo::find(&self.db, req.booking_id),
+            )
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .flatten()
+            .map(|row| row.status)
         };
+        let status = status.unwrap_or_else(|| "pending".to_owned());
         Ok(BookingOut {
             booking_id: msg.booking_id,
             show: msg.show,
@@ -536,6 +557,9 @@ impl Bookings {
         if b.seats.is_empty() {
             args.extend(["#ga".to_owned(), b.quantity.to_string()]);
         } else {
+            // Freed only while still marked for this booking: another applier may have sold a
+            // seat the ledger saw available since (its mark must stay).
+            args.extend(["#rejected".to_owned(), b.booking_id.clone()]);
             for (seat, sold_by) in truth {
                 args.push(seat.clone());
                 args.push(sold_by.map(|id| format!("s:{id}")).unwrap_or_default());

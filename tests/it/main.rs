@@ -8,6 +8,7 @@ mod common;
 mod errors;
 mod failover;
 mod instances;
+mod ledger;
 mod loadgen;
 mod openapi;
 mod ops;
