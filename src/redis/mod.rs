@@ -120,8 +120,20 @@ impl RedisConn {
                 let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
                     Route::new(keys::slot(probe), SlotAddr::Master),
                 ));
-                let routed: RedisFuture<'_, Value> = Box::pin(c.route_command(cmd, route));
-                redis::from_redis_value(bounded(routed).await?).map_err(Into::into)
+                // Bounded by the wait itself plus the per-command bound, not by the latter
+                // alone: WAIT answers only when its own timeout has passed.
+                let limit = Duration::from_millis(
+                    timeout_ms + DEADLINE_MS.load(std::sync::atomic::Ordering::Relaxed),
+                );
+                let routed = tokio::time::timeout(limit, c.route_command(cmd, route))
+                    .await
+                    .map_err(|_| {
+                        RedisError::from(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!("no answer to WAIT within {limit:?}"),
+                        ))
+                    })??;
+                redis::from_redis_value(routed).map_err(Into::into)
             }
             RedisConn::Single(c) => {
                 let () = write.query_async(c).await?;
@@ -188,11 +200,16 @@ pub async fn connect_reads(cfg: &RedisConfig, primary: &RedisConn) -> anyhow::Re
     }
 }
 
-async fn connect_with(cfg: &RedisConfig, replica_reads: bool) -> anyhow::Result<RedisConn> {
+/// Sets the bound every Redis command is held to (see [`bounded`]).
+pub(crate) fn set_command_deadline(cfg: &RedisConfig) {
     DEADLINE_MS.store(
         command_deadline(cfg).as_millis() as u64,
         std::sync::atomic::Ordering::Relaxed,
     );
+}
+
+async fn connect_with(cfg: &RedisConfig, replica_reads: bool) -> anyhow::Result<RedisConn> {
+    set_command_deadline(cfg);
     let connect_timeout = Duration::from_millis(cfg.connect_timeout_ms);
     let response_timeout = Duration::from_millis(cfg.response_timeout_ms);
     let first = cfg

@@ -49,8 +49,14 @@ impl Store {
             "connected to Redis"
         );
         let mut store = Store::new(conn, reads, Keys::new(cfg.key_prefix.clone()));
-        // WAIT blocks the connection it is sent on: a connection of its own.
-        store.waits = connect(cfg).await?;
+        // WAIT blocks the connection it is sent on: a connection of its own, whose response
+        // timeout leaves room for the whole wait (`WAITROOM_BOOKING_WAIT_MS`), so a wait longer
+        // than one response timeout is not cut short by the client.
+        let mut waits = cfg.clone();
+        waits.response_timeout_ms = cfg.response_timeout_ms.max(cfg.booking_wait_ms + 500);
+        store.waits = connect(&waits).await?;
+        // connect() set the per-command bound from the config it was given: the service's.
+        super::set_command_deadline(cfg);
         store
             .scripts
             .preload(&mut store.conn())
