@@ -164,6 +164,8 @@ pub struct LoadReport {
     pub not_confirmed: u64,
     /// Seats in more than one confirmed booking: must be 0.
     pub oversold: u64,
+    /// Time from 201 to `confirmed` as buyers saw it (see [`ConfirmLatency`]).
+    pub confirm_latency: ConfirmLatency,
     /// Answers 5xx.
     pub server_errors: u64,
     /// Seconds from the start until every user's enter was answered.
@@ -200,6 +202,39 @@ pub struct EtaError {
     pub median_abs_error: f64,
     /// 90th percentile of |ETA ÷ actual − 1|.
     pub p90_abs_error: f64,
+}
+
+/// How often a buyer's page asks for its booking's status after the 201.
+const FOLLOW_EVERY: Duration = Duration::from_millis(25);
+/// How long it asks before giving up (the audit then counts the booking as not confirmed).
+const FOLLOW_FOR: Duration = Duration::from_secs(30);
+
+/// Time from a booking's 201 to its `confirmed`, as the buyer saw it (polled every 25 ms).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct ConfirmLatency {
+    /// Bookings confirmed while followed.
+    pub samples: usize,
+    /// Median, ms.
+    pub p50_ms: u64,
+    /// 99th percentile, ms.
+    pub p99_ms: u64,
+    /// Longest, ms.
+    pub max_ms: u64,
+}
+
+fn confirm_latency(ms: &[u64]) -> ConfirmLatency {
+    if ms.is_empty() {
+        return ConfirmLatency::default();
+    }
+    let mut v = ms.to_vec();
+    v.sort_unstable();
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    ConfirmLatency {
+        samples: v.len(),
+        p50_ms: at(0.5),
+        p99_ms: at(0.99),
+        max_ms: v[v.len() - 1],
+    }
 }
 
 /// How long after admission opens before ETAs are judged: the service measures its rate over
@@ -396,6 +431,8 @@ struct Stats {
     tickets: Vec<String>,
     /// ETA ÷ actual wait, per admitted user measured (see [`EtaError`]).
     eta_ratios: Vec<f64>,
+    /// ms from each 201 to the booking's `confirmed`, as its buyer saw it.
+    confirm_ms: Vec<u64>,
 }
 
 struct Ctx {
@@ -421,6 +458,32 @@ struct Ctx {
 
 impl Ctx {
     /// One request: bounded by the gate, timed, counted.
+    /// Asks for a booking every [`FOLLOW_EVERY`] until it is `confirmed` (true) or anything
+    /// else but `pending`, or [`FOLLOW_FOR`] has passed (false). Not through the gate: a
+    /// buyer's page is a client of its own, and queueing behind the load generator's other
+    /// users would time the load generator (it put the median at 575 ms when it did).
+    async fn follow_booking(&self, id: &str) -> bool {
+        let started = Instant::now();
+        while started.elapsed() < FOLLOW_FOR {
+            tokio::time::sleep(FOLLOW_EVERY).await;
+            let got = self
+                .http
+                .get(format!("{}/v1/bookings/{id}", self.base))
+                .send()
+                .await;
+            let Ok(r) = got else { continue };
+            if r.status().as_u16() != 200 {
+                continue;
+            }
+            match r.json::<Value>().await {
+                Ok(b) if b["status"] == "confirmed" => return true,
+                Ok(b) if b["status"] != "pending" => return false,
+                _ => {}
+            }
+        }
+        false
+    }
+
     async fn call(
         &self,
         route: &'static str,
@@ -578,7 +641,15 @@ impl Ctx {
                     .bearer_auth(&token)
                     .json(&json!({"hold_id": h["hold_id"]}));
                 if let Some((201, b)) = Box::pin(self.call("book", book)).await {
+                    let booked = Instant::now();
                     let id = b["booking_id"].as_str().unwrap_or_default().to_owned();
+                    // The buyer's page follows the booking until the ledger confirms it.
+                    if b["status"] != "confirmed" && self.follow_booking(&id).await {
+                        let ms = booked.elapsed().as_millis() as u64;
+                        self.stats.lock().expect("stats").confirm_ms.push(ms);
+                    } else if b["status"] == "confirmed" {
+                        self.stats.lock().expect("stats").confirm_ms.push(0);
+                    }
                     self.stats.lock().expect("stats").bookings.push((id, picks));
                     return;
                 }
@@ -783,6 +854,7 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
         confirmed,
         not_confirmed,
         oversold,
+        confirm_latency: confirm_latency(&st.confirm_ms),
         server_errors,
         enter_phase_seconds: enter_phase.as_secs_f64(),
         enter_per_second: args.users as f64 / enter_phase.as_secs_f64().max(1e-9),
@@ -1141,6 +1213,15 @@ fn print_report(r: &LoadReport) {
     println!(
         "sale audit: {} bookings answered 201, {} confirmed, {} not confirmed, {} seats oversold; {} answers 5xx",
         r.bookings, r.confirmed, r.not_confirmed, r.oversold, r.server_errors
+    );
+    let c = &r.confirm_latency;
+    println!(
+        "201 to confirmed as buyers saw it (polled every {} ms): {} bookings, p50 {} ms, p99 {} ms, max {} ms",
+        FOLLOW_EVERY.as_millis(),
+        c.samples,
+        c.p50_ms,
+        c.p99_ms,
+        c.max_ms
     );
 }
 
