@@ -10,6 +10,8 @@
 //! - [`mapflood`]: `waitroom-bench map-flood` — enters and polls with and without a flood of
 //!   seat-map reads.
 //! - [`merge`]: `waitroom-bench merge` — picks per second of the admission's K-way merge.
+//! - [`naive`]: `waitroom-bench naive-server` — the one-sorted-set baseline `scripts/bench`
+//!   measures the service against, and `waitroom-bench tickets` for its wrk poll runs.
 
 #![forbid(unsafe_code)]
 
@@ -17,6 +19,7 @@ pub mod ledger;
 pub mod loadgen;
 pub mod mapflood;
 pub mod merge;
+pub mod naive;
 pub mod ordering;
 
 /// Creates an event (`event_body` as its configuration) and a seated show of about `seats`

@@ -29,6 +29,10 @@ enum Command {
     MapFlood(Box<waitroom_bench::mapflood::MapFloodArgs>),
     /// Picks per second of the admission's K-way merge at 8 and 64 shards.
     Merge(waitroom_bench::merge::MergeArgs),
+    /// The naive one-set server waitroom is compared with (scripts/bench).
+    NaiveServer(waitroom_bench::naive::NaiveArgs),
+    /// The tickets of the users a wrk enter run made (scripts/bench).
+    Tickets(waitroom_bench::naive::TicketsArgs),
 }
 
 #[tokio::main]
@@ -39,6 +43,8 @@ async fn main() -> anyhow::Result<()> {
         Command::LedgerBench(args) => waitroom_bench::ledger::run(*args).await.map(|_| ()),
         Command::OrderingBench(args) => waitroom_bench::ordering::run(*args).await.map(|_| ()),
         Command::MapFlood(args) => waitroom_bench::mapflood::run(*args).await.map(|_| ()),
+        Command::NaiveServer(args) => waitroom_bench::naive::run(args).await,
+        Command::Tickets(args) => waitroom_bench::naive::tickets(&args),
         Command::Merge(args) => {
             waitroom_bench::merge::run(&args);
             Ok(())

@@ -1,0 +1,177 @@
+//! `waitroom-bench naive-server`: the baseline waitroom is measured against — the design notes'
+//! sketch taken literally. One sorted set per event (no sharding, no strategies, no admission,
+//! no last-seen, no limits, no metrics): enter is `ZADD NX` + `ZRANK` in one pipeline, a poll
+//! is one `ZRANK`. The same crates as the service (axum, redis-rs's cluster client), the same
+//! routes and the same answer fields for enter and poll, and the same ticket for the same user
+//! (the service's signer, development secret), so one load generator drives both and one list
+//! of tickets polls both. Not a product: nothing here is offered as a waiting room.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use clap::Args;
+use serde::Deserialize;
+use serde_json::json;
+
+use waitroom::auth::Signer;
+use waitroom::config::DEV_TOKEN_SECRET;
+use waitroom::ids::{EventId, UserId};
+
+/// Options of `waitroom-bench naive-server`.
+#[derive(Debug, Clone, Args)]
+pub struct NaiveArgs {
+    /// Listen address.
+    #[arg(long, default_value = "127.0.0.1:8096")]
+    pub addr: SocketAddr,
+    /// Redis Cluster nodes (the local stack by default).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "redis://127.0.0.1:7000,redis://127.0.0.1:7001,redis://127.0.0.1:7002"
+    )]
+    pub redis_nodes: Vec<String>,
+    /// Prefix of the one key per event.
+    #[arg(long, default_value = "naive")]
+    pub key_prefix: String,
+}
+
+struct Naive {
+    redis: redis::cluster_async::ClusterConnection,
+    signer: Signer,
+    prefix: String,
+}
+
+#[derive(Deserialize)]
+struct Enter {
+    user_id: String,
+}
+
+fn key(prefix: &str, event: &str) -> String {
+    format!("{prefix}:{{{event}}}:line")
+}
+
+fn status(event: &str, ticket: &str, rank: i64) -> Response {
+    Json(json!({
+        "ticket": ticket,
+        "event": event,
+        "status": "waiting",
+        "position": rank + 1,
+        "eta_seconds": null,
+        "next_poll_ms": 5000,
+        "access_token": null,
+    }))
+    .into_response()
+}
+
+fn error(code: StatusCode, what: &str) -> Response {
+    (code, Json(json!({"error": what, "message": what}))).into_response()
+}
+
+async fn enter(
+    State(n): State<Arc<Naive>>,
+    Path(event): Path<String>,
+    Json(body): Json<Enter>,
+) -> Response {
+    let (Ok(ev), Ok(user)) = (EventId::parse(&event), UserId::parse(&body.user_id)) else {
+        return error(StatusCode::BAD_REQUEST, "bad_request");
+    };
+    let ticket = n.signer.ticket(&ev, &user).to_string();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_micros() as u64;
+    let k = key(&n.prefix, &event);
+    let mut pipe = redis::pipe();
+    pipe.cmd("ZADD")
+        .arg(&k)
+        .arg("NX")
+        .arg(now)
+        .arg(&ticket)
+        .ignore()
+        .cmd("ZRANK")
+        .arg(&k)
+        .arg(&ticket);
+    let rank: Result<(Option<i64>,), _> = pipe.query_async(&mut n.redis.clone()).await;
+    match rank {
+        Ok((Some(r),)) => status(&event, &ticket, r),
+        _ => error(StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+    }
+}
+
+async fn poll(
+    State(n): State<Arc<Naive>>,
+    Path((event, ticket)): Path<(String, String)>,
+) -> Response {
+    let rank: Result<Option<i64>, _> = redis::cmd("ZRANK")
+        .arg(key(&n.prefix, &event))
+        .arg(&ticket)
+        .query_async(&mut n.redis.clone())
+        .await;
+    match rank {
+        Ok(Some(r)) => status(&event, &ticket, r),
+        Ok(None) => error(StatusCode::NOT_FOUND, "not_found"),
+        Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+    }
+}
+
+/// Serves until killed.
+pub async fn run(args: NaiveArgs) -> anyhow::Result<()> {
+    let redis = redis::cluster::ClusterClient::new(args.redis_nodes.clone())?
+        .get_async_connection()
+        .await
+        .context("connecting to the Redis Cluster")?;
+    let state = Arc::new(Naive {
+        redis,
+        signer: Signer::new(DEV_TOKEN_SECRET),
+        prefix: args.key_prefix,
+    });
+    let app = Router::new()
+        .route("/v1/events/{event}/queue", post(enter))
+        .route("/v1/events/{event}/queue/{ticket}", get(poll))
+        .route("/healthz", get(|| async { "ok" }))
+        .with_state(state);
+    let listener = tokio::net::TcpListener::bind(args.addr).await?;
+    println!("naive one-set server listening on http://{}", args.addr);
+    axum::serve(listener, app).await?;
+    Ok(())
+}
+
+/// Options of `waitroom-bench tickets`.
+#[derive(Debug, Clone, Args)]
+pub struct TicketsArgs {
+    /// The event.
+    #[arg(long)]
+    pub event: String,
+    /// User ids as the wrk enter script made them: `w<thread>-<n>`, n from 1 to each count
+    /// (comma-separated, one per thread), the last `--skip` of each left out (they may have
+    /// been in flight when the run stopped).
+    #[arg(long, value_delimiter = ',')]
+    pub counts: Vec<u64>,
+    /// Users left out at the end of each thread.
+    #[arg(long, default_value_t = 100)]
+    pub skip: u64,
+}
+
+/// Prints the tickets of the users a wrk enter run made, one per line (the service's and the
+/// naive server's alike: both derive them with the development secret).
+pub fn tickets(args: &TicketsArgs) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let signer = Signer::new(DEV_TOKEN_SECRET);
+    let ev = EventId::parse(&args.event).map_err(|e| anyhow::anyhow!("event: {e}"))?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for (thread, &count) in args.counts.iter().enumerate() {
+        for n in 1..=count.saturating_sub(args.skip) {
+            let user = UserId::parse(&format!("w{thread}-{n}"))
+                .map_err(|e| anyhow::anyhow!("user: {e}"))?;
+            writeln!(out, "{}", signer.ticket(&ev, &user))?;
+        }
+    }
+    Ok(())
+}
