@@ -27,7 +27,7 @@ use crate::config::{Config, KafkaConfig};
 use crate::http::limits::ClientLimits;
 use crate::http::ops::Readiness;
 use crate::http::server::{self, ConnLimits};
-use crate::http::{self, AppState};
+use crate::http::{self, AppState, AppStateParts};
 use crate::queue::admission::{self, Housekeeping};
 use crate::queue::Queue;
 use crate::redis::Store;
@@ -125,7 +125,7 @@ impl Application {
             .instance_id
             .clone()
             .unwrap_or_else(|| format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()));
-        let state = AppState {
+        let state = AppState::new(AppStateParts {
             readiness: Arc::new(Readiness::new(
                 services.queue.store().conn(),
                 services.db().clone(),
@@ -139,7 +139,7 @@ impl Application {
                 ClientLimits::new(&config.http)
                     .map_err(|e| anyhow::anyhow!("WAITROOM_TRUSTED_PROXIES: {e}"))?,
             ),
-        };
+        });
         Ok(Application {
             listener,
             state,

@@ -35,9 +35,29 @@ use ops::Readiness;
 /// Largest request body accepted (shared/API.md: 413 above 64 KiB).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// State shared by all handlers.
+/// State shared by all handlers: one `Arc`, so that the copy axum makes for each request (and
+/// each middleware) is one reference count, not one per part. Six counts touched by every
+/// request on every core cost 4.8 % of the service's samples in a poll profile
+/// (`drop_in_place<AppState>`, docs/benchmarks.md).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<AppStateParts>);
+
+impl AppState {
+    /// The state over its parts.
+    pub fn new(parts: AppStateParts) -> Self {
+        AppState(Arc::new(parts))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = AppStateParts;
+    fn deref(&self) -> &AppStateParts {
+        &self.0
+    }
+}
+
+/// The parts of [`AppState`].
+pub struct AppStateParts {
     /// The waiting room.
     pub queue: Arc<Queue>,
     /// Shows, seat maps and holds.
