@@ -237,8 +237,13 @@ async fn dispatch(
     let mut result = Ok(());
     loop {
         let next = tokio::select! {
+            biased;
             _ = stop.cancelled() => break,
             done = appliers.join_next() => {
+                // Appliers end on shutdown: that is not a failure.
+                if stop.is_cancelled() {
+                    break;
+                }
                 // An applier ended before shutdown: it failed.
                 let e = match done {
                     Some(Ok(Err(e))) => e,
