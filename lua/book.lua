@@ -6,6 +6,9 @@
 -- ARGV[2]     ticket (only the holder may book)
 -- ARGV[3]     now, ms
 -- ARGV[4]     booking id (derived from the hold id, so a retry names the same booking)
+-- ARGV[5]     this attempt's id: a fresh mark records it, and unbook.lua undoes only the attempt
+--             that names it (an undo retried late, onto a promoted replica, must not undo a
+--             later attempt's mark of the same booking that was answered 201)
 -- Returns     {1, hold JSON}   marked sold now
 --             {2, hold JSON}   this hold was booked before (the same booking: idempotent)
 --             {0}              no live hold: never made, lapsed, released, or one of its
@@ -53,6 +56,7 @@ redis.call('HINCRBY', KEYS[4], 'taken:' .. h.ticket, n)
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZADD', KEYS[5], ARGV[3], ARGV[1])
 h.booking = ARGV[4]
+h.attempt = ARGV[5]
 raw = cjson.encode(h)
 redis.call('HSET', KEYS[4], ARGV[1], raw)
 return {1, raw}

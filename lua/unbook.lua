@@ -6,11 +6,14 @@
 -- KEYS[5]     the show's intents
 -- ARGV[1]     hold id
 -- ARGV[2]     booking id
+-- ARGV[3]     the attempt's id (book.lua's ARGV[5]): only that attempt's mark is undone. The
+--             cluster client retries a command whose node died; an undo retried onto the promoted
+--             replica must not undo the mark a later attempt of the same booking made there.
 -- Returns     1 undone; 0 nothing to undo
 local raw = redis.call('HGET', KEYS[4], ARGV[1])
 if not raw then return 0 end
 local h = cjson.decode(raw)
-if h.booking ~= ARGV[2] then return 0 end
+if h.booking ~= ARGV[2] or h.attempt ~= ARGV[3] then return 0 end
 local n
 if h.seats then
   for _, s in ipairs(h.seats) do
@@ -25,6 +28,7 @@ end
 redis.call('HINCRBY', KEYS[1], 'sold', -n)
 redis.call('HINCRBY', KEYS[4], 'taken:' .. h.ticket, -n)
 h.booking = nil
+h.attempt = nil
 redis.call('HSET', KEYS[4], ARGV[1], cjson.encode(h))
 redis.call('ZADD', KEYS[3], h.expires, ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])

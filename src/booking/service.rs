@@ -211,7 +211,9 @@ impl Bookings {
     /// The critical section: mark sold, make the mark survive a failover, record the booking as
     /// pending, publish, drop the intent, finish.
     async fn commit(&self, req: Request) -> Result<BookingOut, BookingError> {
-        let (rec, fresh) = self.mark_sold(&req).await?;
+        // This attempt's own id: an undo undoes this attempt's mark only (see unbook.lua).
+        let attempt = uuid::Uuid::new_v4().simple().to_string();
+        let (rec, fresh) = self.mark_sold(&req, &attempt).await?;
         let msg = BookingMessage {
             booking_id: req.booking_id.to_string(),
             show: req.show.to_string(),
@@ -225,7 +227,7 @@ impl Bookings {
         // A repeat (the hold was booked before) waits for replicas too: the earlier attempt may
         // have ended before its mark was durable (an undo that could not run). It is never
         // undone, though: that attempt or the sweeper may have published it.
-        self.replicated(&req, fresh).await?;
+        self.replicated(&req, fresh, &attempt).await?;
         let unknown = || BookingError::Unknown {
             booking_id: msg.booking_id.clone(),
         };
@@ -259,7 +261,12 @@ impl Bookings {
     /// answer is 503: a 201 must not rest on a mark a failover can forget. A fresh mark is undone
     /// (it was never published, so nothing else can know of it); a repeated one is not (an
     /// earlier attempt or the sweeper may have published it): its outcome is the ledger's.
-    async fn replicated(&self, req: &Request, fresh: bool) -> Result<(), BookingError> {
+    async fn replicated(
+        &self,
+        req: &Request,
+        fresh: bool,
+        attempt: &str,
+    ) -> Result<(), BookingError> {
         let Durability { replicas, wait } = self.durability;
         if replicas == 0 {
             return Ok(());
@@ -292,6 +299,7 @@ impl Bookings {
             .key(&k.intents)
             .arg(req.hold.to_string())
             .arg(req.booking_id.to_string())
+            .arg(attempt)
             .invoke_async(&mut self.store.conn())
             .await;
         match undone {
@@ -456,7 +464,11 @@ impl Bookings {
 
     /// Step 2: `book.lua` marks the hold's seats sold. Returns the hold record and whether it
     /// was marked now (false: booked before, the same booking again).
-    async fn mark_sold(&self, req: &Request) -> Result<(HoldRec, bool), BookingError> {
+    async fn mark_sold(
+        &self,
+        req: &Request,
+        attempt: &str,
+    ) -> Result<(HoldRec, bool), BookingError> {
         let k = self.store.keys().show(req.show.as_str());
         let mut call = with_show_keys(&self.store.scripts().book, &k);
         let reply: BookReply = call
@@ -465,6 +477,7 @@ impl Bookings {
             .arg(req.ticket.to_member())
             .arg(now_ms())
             .arg(req.booking_id.to_string())
+            .arg(attempt)
             .invoke_async(&mut self.store.conn())
             .await?;
         match reply {
