@@ -277,13 +277,27 @@ impl Bookings {
             .waits()
             .wait_replicated(
                 &format!("{}:replicated", k.info),
+                (&k.holdrec, &req.hold.to_string()),
                 replicas,
                 wait.as_millis() as u64,
             )
             .await;
+        // The mark must be on the node that acknowledged: the hold record there names this
+        // booking, and for a fresh mark this attempt.
+        let ours = |raw: &Option<String>| {
+            raw.as_deref()
+                .and_then(|r| serde_json::from_str::<serde_json::Value>(r).ok())
+                .is_some_and(|h| {
+                    h["booking"] == req.booking_id.to_string().as_str()
+                        && (!fresh || h["attempt"] == attempt)
+                })
+        };
         match acked {
-            Ok(n) if n >= replicas => return Ok(()),
-            Ok(n) => {
+            Ok((raw, n)) if n >= replicas && ours(&raw) => return Ok(()),
+            Ok((raw, n)) if !ours(&raw) => {
+                tracing::warn!(booking = %req.booking_id, acked = n, "the node that answered WAIT does not have the sold mark (a failover); undoing")
+            }
+            Ok((_, n)) => {
                 tracing::warn!(booking = %req.booking_id, acked = n, "sold mark not replicated in time; undoing")
             }
             Err(e) => tracing::warn!(booking = %req.booking_id, error = %e, "WAIT failed; undoing"),

@@ -103,41 +103,62 @@ impl RedisConn {
     /// not hold up other requests to the node) after a write of its own to `probe`: a primary's
     /// replication stream is ordered, so once that write is acknowledged, every earlier write of
     /// any connection (a booking's sold mark included) is too.
+    ///
+    /// The probe write, a read of `check` (a hash field) and the `WAIT` go to one node as one
+    /// pipeline, and the read's value comes back with the count: the caller checks that what it
+    /// wrote earlier is on the node that acknowledged. Sent separately, a `WAIT` that the client
+    /// retried on another node after a failover (a new connection, nothing written on it) answered
+    /// at once with that node's replicas, for a mark the dead node took with it.
     pub async fn wait_replicated(
         &mut self,
         probe: &str,
+        check: (&str, &str),
         replicas: u32,
         timeout_ms: u64,
-    ) -> redis::RedisResult<u32> {
-        use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-        let mut write = redis::cmd("SET");
-        write.arg(probe).arg(1).arg("PX").arg(60_000);
-        let mut cmd = redis::cmd("WAIT");
-        cmd.arg(replicas).arg(timeout_ms);
+    ) -> redis::RedisResult<(Option<String>, u32)> {
+        use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET")
+            .arg(probe)
+            .arg(1)
+            .arg("PX")
+            .arg(60_000)
+            .cmd("HGET")
+            .arg(check.0)
+            .arg(check.1)
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(timeout_ms);
+        // Bounded by the wait itself plus the per-command bound, not by the latter alone: WAIT
+        // answers only when its own timeout has passed.
+        let limit = Duration::from_millis(
+            timeout_ms + DEADLINE_MS.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        let timed_out = || {
+            RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer to WAIT within {limit:?}"),
+            ))
+        };
         match self {
             RedisConn::Cluster(c) => {
-                let () = write.query_async(c).await?;
-                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
-                    Route::new(keys::slot(probe), SlotAddr::Master),
+                let route = SingleNodeRoutingInfo::SpecificNode(Route::new(
+                    keys::slot(probe),
+                    SlotAddr::Master,
                 ));
-                // Bounded by the wait itself plus the per-command bound, not by the latter
-                // alone: WAIT answers only when its own timeout has passed.
-                let limit = Duration::from_millis(
-                    timeout_ms + DEADLINE_MS.load(std::sync::atomic::Ordering::Relaxed),
-                );
-                let routed = tokio::time::timeout(limit, c.route_command(cmd, route))
+                let values = tokio::time::timeout(limit, c.route_pipeline(pipe, 0, 3, route))
                     .await
-                    .map_err(|_| {
-                        RedisError::from(std::io::Error::new(
-                            std::io::ErrorKind::TimedOut,
-                            format!("no answer to WAIT within {limit:?}"),
-                        ))
-                    })??;
-                redis::from_redis_value(routed).map_err(Into::into)
+                    .map_err(|_| timed_out())??;
+                let (_, check, acked): (Value, Option<String>, u32) =
+                    redis::from_redis_value(Value::Array(values))?;
+                Ok((check, acked))
             }
             RedisConn::Single(c) => {
-                let () = write.query_async(c).await?;
-                cmd.query_async(c).await
+                let (_, check, acked): (Value, Option<String>, u32) =
+                    tokio::time::timeout(limit, pipe.query_async(c))
+                        .await
+                        .map_err(|_| timed_out())??;
+                Ok((check, acked))
             }
         }
     }
