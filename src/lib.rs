@@ -21,6 +21,8 @@
 //! load generator and benchmarks in `waitroom-bench`, which uses this crate as any client would.
 
 #![forbid(unsafe_code)]
+// No `.unwrap()` outside tests: a panic in a request is a 500 (test modules may unwrap).
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod admin_cli;
 pub mod auth;

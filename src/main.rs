@@ -1,6 +1,8 @@
 //! The `waitroom` binary: parse the command line, set up telemetry, run.
 
 #![forbid(unsafe_code)]
+// No `.unwrap()` outside tests: a panic in a request is a 500 (test modules may unwrap).
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 use anyhow::Context as _;
 use clap::Parser as _;
