@@ -197,11 +197,11 @@ async fn one(
     let join_started = Instant::now();
     let running = tokio::spawn(ledger.run(shutdown.clone()));
     loop {
-        let held = stats.partitions_assigned();
-        if held.iter().sum::<i64>() == i64::from(config.kafka.partitions) {
+        let held = stats.partitions_assigned.load(Ordering::Relaxed);
+        if held == i64::from(config.kafka.partitions) {
             // Settled for a moment, not in the middle of another round.
             tokio::time::sleep(Duration::from_secs(1)).await;
-            if stats.partitions_assigned() == held {
+            if stats.partitions_assigned.load(Ordering::Relaxed) == held {
                 break;
             }
         }

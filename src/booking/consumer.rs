@@ -88,10 +88,9 @@ pub struct LedgerStats {
     pub offsets_us: AtomicU64,
     /// µs aligning Redis with the decisions.
     pub align_us: AtomicU64,
-    /// Lag the group member last read (messages on its partitions not yet applied).
-    lags: std::sync::Mutex<Vec<Arc<AtomicI64>>>,
-    /// Partitions the ledger's group member holds now.
-    assigned: std::sync::Mutex<Vec<Arc<AtomicI64>>>,
+    /// Partitions the ledger's group member holds now (a benchmark waits for the group to
+    /// settle before it measures).
+    pub partitions_assigned: AtomicI64,
 }
 
 impl LedgerStats {
@@ -99,32 +98,6 @@ impl LedgerStats {
         counter.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
         metrics::histogram!(telemetry::LEDGER_PHASE_SECONDS, "phase" => phase)
             .record(took.as_secs_f64());
-    }
-
-    fn slot(list: &std::sync::Mutex<Vec<Arc<AtomicI64>>>) -> Arc<AtomicI64> {
-        let slot = Arc::new(AtomicI64::new(0));
-        list.lock().expect("not poisoned").push(slot.clone());
-        slot
-    }
-
-    /// Partitions the ledger's group member holds now (one entry; a benchmark waits for the
-    /// group to settle before it measures).
-    pub fn partitions_assigned(&self) -> Vec<i64> {
-        self.assigned
-            .lock()
-            .expect("not poisoned")
-            .iter()
-            .map(|a| a.load(Ordering::Relaxed))
-            .collect()
-    }
-
-    fn total_lag(&self) -> i64 {
-        self.lags
-            .lock()
-            .expect("not poisoned")
-            .iter()
-            .map(|l| l.load(Ordering::Relaxed))
-            .sum()
     }
 }
 
@@ -156,11 +129,6 @@ impl Ledger {
         })
     }
 
-    /// The ledger's pool.
-    pub fn db(&self) -> &PgPool {
-        &self.db
-    }
-
     /// What the ledger has done so far.
     pub fn stats(&self) -> Arc<LedgerStats> {
         self.stats.clone()
@@ -173,8 +141,6 @@ impl Ledger {
         let cfg = &ledger.kafka;
         let context = LagContext {
             topic: cfg.topic.clone(),
-            lag: LedgerStats::slot(&ledger.stats.lags),
-            assigned: LedgerStats::slot(&ledger.stats.assigned),
             stats: ledger.stats.clone(),
         };
         let consumer = CloseAside(Some(Arc::new(
@@ -468,8 +434,6 @@ type LedgerConsumer = StreamConsumer<LagContext>;
 /// from 2 s to 11–22 s for 20,000 bookings on the local broker (docs/benchmarks.md).
 struct LagContext {
     topic: String,
-    lag: Arc<AtomicI64>,
-    assigned: Arc<AtomicI64>,
     stats: Arc<LedgerStats>,
 }
 
@@ -491,8 +455,7 @@ impl ClientContext for LagContext {
                 (p.hi_offset - done).max(0)
             })
             .sum();
-        self.lag.store(lag, Ordering::Relaxed);
-        metrics::gauge!(telemetry::LEDGER_LAG).set(self.stats.total_lag() as f64);
+        metrics::gauge!(telemetry::LEDGER_LAG).set(lag as f64);
     }
 }
 
@@ -504,10 +467,14 @@ impl ConsumerContext for LagContext {
     ) {
         match rebalance {
             rdkafka::consumer::Rebalance::Assign(tpl) => {
-                self.assigned.store(tpl.count() as i64, Ordering::Relaxed);
+                self.stats
+                    .partitions_assigned
+                    .store(tpl.count() as i64, Ordering::Relaxed);
                 tracing::info!(partitions = tpl.count(), "ledger applier assigned");
             }
-            rdkafka::consumer::Rebalance::Revoke(_) => self.assigned.store(0, Ordering::Relaxed),
+            rdkafka::consumer::Rebalance::Revoke(_) => {
+                self.stats.partitions_assigned.store(0, Ordering::Relaxed)
+            }
             rdkafka::consumer::Rebalance::Error(e) => {
                 tracing::warn!(error = %e, "ledger: rebalance failed")
             }
