@@ -9,6 +9,8 @@
 -- ARGV[5]     this attempt's id: a fresh mark records it, and unbook.lua undoes only the attempt
 --             that names it (an undo retried late, onto a promoted replica, must not undo a
 --             later attempt's mark of the same booking that was answered 201)
+--             A repeat clears it: from then on no attempt can undo the mark (a repeat may be
+--             answered 201 on it while the first attempt, still waiting for its replica, fails)
 -- Returns     {1, hold JSON}   marked sold now
 --             {2, hold JSON}   this hold was booked before (the same booking: idempotent)
 --             {0}              no live hold: never made, lapsed, released, or one of its
@@ -24,7 +26,16 @@ local raw = redis.call('HGET', KEYS[4], ARGV[1])
 if not raw then return {0} end
 local h = cjson.decode(raw)
 if h.ticket ~= ARGV[2] then return {-1} end
-if h.booking then return {2, raw} end
+if h.booking then
+  -- A repeat adopts the mark: the fresh attempt's undo (unbook.lua) no longer matches it, so a
+  -- 201 given to this confirmation can never be taken back by the other one.
+  if h.attempt then
+    h.attempt = nil
+    raw = cjson.encode(h)
+    redis.call('HSET', KEYS[4], ARGV[1], raw)
+  end
+  return {2, raw}
+end
 local n
 if h.seats then
   -- A seat that reconciliation gave to a sale PostgreSQL already holds is no longer this hold's:

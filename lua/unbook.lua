@@ -8,12 +8,16 @@
 -- ARGV[2]     booking id
 -- ARGV[3]     the attempt's id (book.lua's ARGV[5]): only that attempt's mark is undone. The
 --             cluster client retries a command whose node died; an undo retried onto the promoted
---             replica must not undo the mark a later attempt of the same booking made there.
--- Returns     1 undone; 0 nothing to undo
+--             replica must not undo the mark a later attempt of the same booking made there,
+--             nor a mark a repeated confirmation has adopted (book.lua clears the attempt).
+-- Returns     1 undone; 0 nothing to undo (the hold is not booked: the mark was lost with a
+--             failed primary, or never made); 2 not undone: the booking's mark is another
+--             attempt's, or a repeated confirmation or the sweeper adopted it
 local raw = redis.call('HGET', KEYS[4], ARGV[1])
 if not raw then return 0 end
 local h = cjson.decode(raw)
-if h.booking ~= ARGV[2] or h.attempt ~= ARGV[3] then return 0 end
+if h.booking ~= ARGV[2] then return 0 end
+if h.attempt ~= ARGV[3] then return 2 end
 local n
 if h.seats then
   for _, s in ipairs(h.seats) do

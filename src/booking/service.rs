@@ -317,8 +317,18 @@ impl Bookings {
             .invoke_async(&mut self.store.conn())
             .await;
         match undone {
-            Ok(_) => Err(BookingError::NotReplicated),
-            // Not undone: the intent stays, the sweeper publishes it, the ledger decides it.
+            // Undone, or nothing to undo (the mark died with a failed primary): nothing booked.
+            Ok(0 | 1) => Err(BookingError::NotReplicated),
+            // Not undone: a repeated confirmation of the hold, or the sweeper, adopted the mark
+            // (and may have been answered 201 on it, or published it). The ledger decides.
+            Ok(_) => {
+                tracing::warn!(booking = %req.booking_id, "not undone: the mark is no longer this attempt's (a repeated confirmation or the sweeper adopted it)");
+                Err(BookingError::Unknown {
+                    booking_id: req.booking_id.to_string(),
+                })
+            }
+            // Not undone (the undo did not run): the intent stays, the sweeper publishes it, the
+            // ledger decides it.
             Err(_) => Err(BookingError::Unknown {
                 booking_id: req.booking_id.to_string(),
             }),
@@ -408,7 +418,16 @@ impl Bookings {
         hold: &str,
     ) -> Result<bool, BookingError> {
         let k = self.store.keys().show(show);
-        let raw: Option<String> = self.store.conn().hget(&k.holdrec, hold).await?;
+        // Adopted, not just read: the attempt that marked the seats may still be running, and
+        // once this publishes, its undo must not take the seats back (lua/adopt.lua).
+        let raw: Option<String> = self
+            .store
+            .scripts()
+            .adopt
+            .key(&k.holdrec)
+            .arg(hold)
+            .invoke_async(&mut self.store.conn())
+            .await?;
         let Some(rec) = raw.and_then(|r| HoldRec::parse(&r).ok()) else {
             return Ok(true);
         };

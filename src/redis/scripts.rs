@@ -38,6 +38,8 @@ pub struct Scripts {
     pub book: Script,
     /// See `lua/unbook.lua`.
     pub unbook: Script,
+    /// See `lua/adopt.lua`.
+    pub adopt: Script,
     /// See `lua/settle.lua`.
     pub settle: Script,
     /// See `lua/lease_release.lua` (gives up the admission lease; not a seat hold).
@@ -62,6 +64,7 @@ impl Scripts {
             release_hold: show_script(include_str!("../../lua/release_hold.lua")),
             book: show_script(include_str!("../../lua/book.lua")),
             unbook: Script::new(include_str!("../../lua/unbook.lua")),
+            adopt: Script::new(include_str!("../../lua/adopt.lua")),
             settle: show_script(include_str!("../../lua/settle.lua")),
             lease_release: Script::new(include_str!("../../lua/lease_release.lua")),
         }
@@ -87,6 +90,7 @@ impl Scripts {
             &self.release_hold,
             &self.book,
             &self.unbook,
+            &self.adopt,
             &self.settle,
             &self.lease_release,
         ] {

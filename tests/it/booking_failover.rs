@@ -327,3 +327,114 @@ async fn the_shows_primary_killed_with_its_replica_behind_loses_no_201() {
         "Redis sells exactly the confirmed seats"
     );
 }
+
+/// The race behind a 201 that ended `rejected` in the failover test: the first confirmation of a
+/// hold marks its seats and waits for a replica; meanwhile the buyer, answered 503 by the
+/// request timeout, confirms again, finds the hold booked, and is answered 201 on that mark;
+/// then the first attempt's wait fails and it undoes its mark — taking the 201's seats back.
+/// Played here step by step with the scripts the booking path runs: after a repeat has seen the
+/// booking, the first attempt's undo must leave the seats sold; the same once the sweeper has
+/// taken the booking over to publish it. (Remove the adoption — the `h.attempt = nil` of a
+/// repeat in `book.lua`, or of `adopt.lua` — and the undo takes the seats back.)
+#[tokio::test]
+async fn an_undo_never_takes_back_a_mark_a_repeated_confirmation_has_seen() {
+    use waitroom::redis::replies::BookReply;
+    use waitroom::redis::scripts::{with_show_keys, Scripts};
+    let app = crate::common::spawn_app().await;
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"shards": 1, "admit_per_second": 100000, "active_capacity": 100000}),
+    )
+    .await;
+    let show = unique("s");
+    app.create_show(&show, json!({"event": ev, "rows": "A", "seats_per_row": 4}))
+        .await;
+    let scripts = Scripts::new();
+    let k = app.keys.show(&show);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let mut conn = app.redis.clone();
+    let seats_of = |hold: &str| {
+        let (mut conn, seats) = (app.redis.clone(), k.seats.clone());
+        let mark = format!("s:booking-of-{hold}");
+        async move {
+            let all: HashMap<String, String> = redis::AsyncCommands::hgetall(&mut conn, seats)
+                .await
+                .unwrap();
+            all.values().filter(|v| **v == mark).count()
+        }
+    };
+    // Two buyers, two seats each; the first one's confirmation is repeated, the second's not.
+    let mut holds = Vec::new();
+    for (i, seats) in [["A-1", "A-2"], ["A-3", "A-4"]].iter().enumerate() {
+        let token = app.admitted(&ev, &format!("buyer-{i}")).await;
+        let hold = hold(&app, &show, &token, &seats.map(String::from)).await.expect("held");
+        let raw: String = redis::AsyncCommands::hget(&mut conn, &k.holdrec, &hold)
+            .await
+            .unwrap();
+        let ticket = serde_json::from_str::<Value>(&raw).unwrap()["ticket"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        holds.push((hold, ticket));
+    }
+    let book = |hold: &str, ticket: &str, attempt: &str| {
+        let mut call = with_show_keys(&scripts.book, &k);
+        call.key(&k.intents)
+            .arg(hold)
+            .arg(ticket)
+            .arg(now_ms)
+            .arg(format!("booking-of-{hold}"))
+            .arg(attempt);
+        let mut conn = app.redis.clone();
+        async move { call.invoke_async::<BookReply>(&mut conn).await.unwrap() }
+    };
+    let unbook = |hold: &str, attempt: &str| {
+        let mut call = with_show_keys(&scripts.unbook, &k);
+        call.key(&k.intents)
+            .arg(hold)
+            .arg(format!("booking-of-{hold}"))
+            .arg(attempt);
+        let mut conn = app.redis.clone();
+        async move { call.invoke_async::<i64>(&mut conn).await.unwrap() }
+    };
+
+    let (repeated, ticket) = &holds[0];
+    assert!(matches!(book(repeated, ticket, "first").await, BookReply::Marked(_)));
+    // The repeat: the same booking, answered on the first attempt's mark.
+    assert!(matches!(
+        book(repeated, ticket, "second").await,
+        BookReply::AlreadyBooked(_)
+    ));
+    assert_eq!(unbook(repeated, "first").await, 2, "the first attempt undid a mark a repeat had seen");
+    assert_eq!(seats_of(repeated).await, 2, "the repeat's seats stay sold");
+
+    // Without a repeat, the first attempt's undo still works (nothing else knows of the mark).
+    let (alone, ticket) = &holds[1];
+    assert!(matches!(book(alone, ticket, "only").await, BookReply::Marked(_)));
+    assert_eq!(seats_of(alone).await, 2);
+    assert_eq!(unbook(alone, "other").await, 2, "another attempt's undo");
+    assert_eq!(unbook(alone, "only").await, 1, "its own undo");
+    assert_eq!(seats_of(alone).await, 0, "the seats went back to the hold");
+    assert_eq!(unbook(alone, "only").await, 0, "nothing left to undo");
+
+    // The sweeper is the other party that can publish a booking while its attempt still runs
+    // (an attempt's undo can come later than the intent grace in a failover): it adopts the
+    // mark before it publishes, and the late undo then leaves the seats sold.
+    assert!(matches!(book(alone, ticket, "late").await, BookReply::Marked(_)));
+    let adopted: Option<String> = scripts
+        .adopt
+        .key(&k.holdrec)
+        .arg(alone)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    let adopted: Value = serde_json::from_str(&adopted.expect("a booked hold")).unwrap();
+    assert_eq!(adopted["booking"], format!("booking-of-{alone}").as_str());
+    assert!(adopted.get("attempt").is_none(), "{adopted}");
+    assert_eq!(unbook(alone, "late").await, 2, "the late attempt undid a published booking");
+    assert_eq!(seats_of(alone).await, 2);
+}
