@@ -15,10 +15,8 @@ use std::num::NonZeroU32;
 use std::str::FromStr;
 use std::time::Duration;
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::HeaderMap;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use ipnet::IpNet;
@@ -178,20 +176,18 @@ fn retry_after(wait: Duration) -> u64 {
     wait.as_secs_f64().ceil().max(1.0) as u64
 }
 
-/// Middleware: the address limit on every request (the admin limit on `/admin`).
-pub async fn by_address(State(state): State<AppState>, req: Request, next: Next) -> Response {
+/// The address limit on every request (the admin limit on `/admin`); run by `http::edge`.
+pub fn by_address(state: &AppState, req: &Request) -> Result<(), ApiError> {
     let limits = &state.limits;
     if limits.address.is_some() || limits.admin.is_some() {
-        let peer = super::server::peer(&req)
+        let peer = super::server::peer(req)
             .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)))
             .ip();
         let client = limits.client_address(peer, req.headers());
         let admin = req.uri().path().starts_with("/admin/");
-        if let Err(e) = limits.check_address(client, admin) {
-            return e.into_response();
-        }
+        limits.check_address(client, admin)?;
     }
-    next.run(req).await
+    Ok(())
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ pub mod server;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Request};
+use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -108,12 +108,7 @@ pub fn router(state: AppState, timeout: Duration, body_timeout: Duration) -> Rou
             timeout,
         ))
         .layer(RequestBodyTimeoutLayer::new(body_timeout))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            limits::by_address,
-        ))
-        .layer(middleware::from_fn(contract_errors))
-        .layer(middleware::from_fn(track_metrics))
+        .layer(middleware::from_fn_with_state(state.clone(), edge))
         .layer(TraceLayer::new_for_http())
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(CatchPanicLayer::custom(|_| {
@@ -125,10 +120,31 @@ pub fn router(state: AppState, timeout: Duration, body_timeout: Duration) -> Rou
         .with_state(state)
 }
 
+/// The per-request work around every route, as one middleware (each `from_fn` layer costs a
+/// boxed future and a service clone per request): the request's metrics, the client address
+/// limit, and the contract's body for a bare 503.
+async fn edge(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", |p| intern(p.as_str()));
+    let method = intern(req.method().as_str());
+    let resp = match limits::by_address(&state, &req) {
+        Ok(()) => contract_errors(next.run(req).await),
+        Err(e) => e.into_response(),
+    };
+    let status = intern(resp.status().as_str());
+    metrics::counter!(telemetry::HTTP_REQUESTS, "route" => route, "method" => method, "status" => status)
+        .increment(1);
+    metrics::histogram!(telemetry::HTTP_LATENCY, "route" => route, "method" => method)
+        .record(start.elapsed().as_secs_f64());
+    resp
+}
+
 /// Gives a bare 503 from a layer below the handlers (the request timeout) the contract's error
 /// body and `Retry-After`.
-async fn contract_errors(req: Request, next: Next) -> Response {
-    let resp = next.run(req).await;
+fn contract_errors(resp: Response) -> Response {
     if resp.status() == StatusCode::SERVICE_UNAVAILABLE
         && !resp.headers().contains_key(header::CONTENT_TYPE)
     {
@@ -138,20 +154,35 @@ async fn contract_errors(req: Request, next: Next) -> Response {
     resp
 }
 
-/// Records request count and latency by matched route (not raw path: bounded label values).
-async fn track_metrics(req: Request, next: Next) -> Response {
-    let start = Instant::now();
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".to_owned());
-    let method = req.method().to_string();
-    let resp = next.run(req).await;
-    let status = resp.status().as_u16().to_string();
-    metrics::counter!(telemetry::HTTP_REQUESTS, "route" => route.clone(), "method" => method.clone(), "status" => status)
-        .increment(1);
-    metrics::histogram!(telemetry::HTTP_LATENCY, "route" => route, "method" => method)
-        .record(start.elapsed().as_secs_f64());
-    resp
+/// A metric label value as a `&'static str`, so recording it allocates nothing. Only for the
+/// bounded sets it is used on: route templates, methods and status codes (hyper accepts
+/// extension methods, so those fold into one value).
+fn intern(value: &str) -> &'static str {
+    use std::collections::HashSet;
+    use std::sync::{OnceLock, RwLock};
+    const METHODS: [&str; 9] = [
+        "GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "CONNECT", "TRACE",
+    ];
+    static SEEN: OnceLock<RwLock<HashSet<&'static str>>> = OnceLock::new();
+    let seen = SEEN.get_or_init(Default::default);
+    if let Some(v) = seen.read().ok().and_then(|s| s.get(value).copied()) {
+        return v;
+    }
+    let mut set = match seen.write() {
+        Ok(set) => set,
+        Err(_) => return "other",
+    };
+    if let Some(v) = set.get(value) {
+        return v;
+    }
+    // Anything beyond the routes, the standard methods and the status codes is one value.
+    let known = METHODS.contains(&value)
+        || value.starts_with('/')
+        || (value.len() == 3 && value.bytes().all(|b| b.is_ascii_digit()));
+    if !known || set.len() > 512 {
+        return "other";
+    }
+    let leaked: &'static str = Box::leak(value.to_owned().into_boxed_str());
+    set.insert(leaked);
+    leaked
 }

@@ -36,7 +36,7 @@ use waitroom_strategies::merge::{group_by_shard, merge_heads, ShardHeads, ShardP
 use waitroom_strategies::{global_counter, round_robin, statistical, timestamp, StrategyKind};
 
 use super::event::{EventConfig, EventState};
-use super::{now_ms, Queue, QueueError};
+use super::{now_ms, seen_refresh_ms, Queue, QueueError};
 use crate::config::AdmissionConfig;
 use crate::ids::EventId;
 use crate::redis::keys::stats;
@@ -344,7 +344,7 @@ impl EventAdmission {
     async fn tick(&mut self, cfg: &EventConfig, tick: Duration) -> Result<usize, QueueError> {
         let budget = self.refill(cfg, tick);
         let now_ms = now_ms();
-        let abandon_before = now_ms.saturating_sub(cfg.abandon_after_seconds * 1000);
+        let abandon_before = abandon_bound(now_ms, cfg);
         let shards = self.read_shards(cfg, budget, now_ms).await?;
         let suspended = self.watch_guard(&shards);
         if counting(cfg) {
@@ -477,7 +477,7 @@ impl EventAdmission {
     ) -> Result<Vec<ShardRead>, QueueError> {
         let store = self.queue.store();
         let expire_before = now_ms.saturating_sub(cfg.active_ttl_seconds * 1000);
-        let abandon_before = now_ms.saturating_sub(cfg.abandon_after_seconds * 1000);
+        let abandon_before = abandon_bound(now_ms, cfg);
         let guarded_before = guarded_bound(now_ms, cfg);
         let counter_start = if counting(cfg) {
             cfg.counter_start.to_string()
@@ -908,9 +908,18 @@ impl EventAdmission {
 /// once and stops cannot keep abandonment off for good.
 pub const GUARD_GRACE_WINDOWS: u64 = 5;
 
+/// The abandon bound, ms: people last seen at or before it have left without saying so. A poll
+/// records itself only when its last record is older than [`seen_refresh_ms`], so the bound lies
+/// that much further back: whoever polled within `abandon_after_seconds` is newer than it.
+fn abandon_bound(now_ms: u64, cfg: &EventConfig) -> u64 {
+    now_ms.saturating_sub(cfg.abandon_after_seconds * 1000 + seen_refresh_ms(cfg))
+}
+
 /// The abandon bound for people who have polled while the guard holds, ms.
 fn guarded_bound(now_ms: u64, cfg: &EventConfig) -> u64 {
-    now_ms.saturating_sub(GUARD_GRACE_WINDOWS * cfg.abandon_after_seconds * 1000)
+    now_ms.saturating_sub(
+        GUARD_GRACE_WINDOWS * cfg.abandon_after_seconds * 1000 + seen_refresh_ms(cfg),
+    )
 }
 
 #[cfg(test)]

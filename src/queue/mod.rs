@@ -344,11 +344,11 @@ impl Queue {
                 c
             }
         };
-        let reply: ShardStanding = call
-            .arg(now_ms())
-            .arg(cfg.active_ttl_seconds * 1000)
-            .invoke_async(&mut self.store.conn())
-            .await?;
+        call.arg(now_ms()).arg(cfg.active_ttl_seconds * 1000);
+        if arrival.is_none() {
+            call.arg(seen_refresh_ms(cfg));
+        }
+        let reply: ShardStanding = call.invoke_async(&mut self.store.conn()).await?;
         match reply {
             ShardStanding::Admitted { admitted_at_ms } => Ok(Standing::Admitted { admitted_at_ms }),
             ShardStanding::Waiting {
@@ -825,6 +825,13 @@ pub fn now_us() -> u64 {
 }
 
 /// Current time, ms since the Unix epoch.
+/// How stale a recorded poll may be before a poll records itself again (`lua/status.lua`): a
+/// quarter of the event's abandon time. The admission's abandon bounds are pushed back by as much
+/// (`admission::abandon_bound`), so a skipped write never makes anyone look gone.
+pub fn seen_refresh_ms(cfg: &EventConfig) -> u64 {
+    cfg.abandon_after_seconds * 1000 / 4
+}
+
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

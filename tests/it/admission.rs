@@ -465,3 +465,89 @@ async fn a_move_past_its_lease_or_run_twice_admits_nobody_more() {
         "a refused move took nobody from the line"
     );
 }
+
+/// A poll records itself only when its last record is older than a quarter of the abandon time
+/// (lua/status.lua): polls in between write nothing and replicate nothing.
+#[tokio::test]
+async fn a_poll_records_itself_at_most_once_per_quarter_of_the_abandon_time() {
+    let app = spawn_app().await;
+    let ev = unique("e");
+    // Abandonment after 1 s: a poll records itself at most every 250 ms.
+    app.create_event(
+        &ev,
+        json!({"shards": 1, "admit_per_second": 0, "abandon_after_seconds": 1}),
+    )
+    .await;
+    let ticket = app.enter_ok(&ev, "alice").await["ticket"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let seen_key = app.keys.shard(&app.shard_tags(&ev).await[0]).seen;
+    let seen = || {
+        let (mut conn, key, ticket) = (app.redis.clone(), seen_key.clone(), ticket.clone());
+        async move {
+            redis::AsyncCommands::zscore::<_, _, f64>(&mut conn, key, ticket)
+                .await
+                .unwrap()
+        }
+    };
+    assert!(
+        seen().await < 0.0,
+        "an entry that never polled is recorded negative"
+    );
+    app.poll_ok(&ev, &ticket).await;
+    let first = seen().await;
+    assert!(first > 0.0, "the first poll is recorded");
+    app.poll_ok(&ev, &ticket).await;
+    assert_eq!(seen().await, first, "a poll right after writes nothing");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    app.poll_ok(&ev, &ticket).await;
+    assert!(
+        seen().await >= first + 250.0,
+        "a poll after the refresh is recorded"
+    );
+}
+
+/// The abandon bound lies a quarter of the abandon time further back than the abandon time, so
+/// a skipped record never makes a live person look gone: someone whose last record is 70 s old
+/// may have polled 55 s ago (abandonment after 60 s) and keeps their place; someone recorded
+/// 80 s ago has not polled for at least 65 s and is removed.
+#[tokio::test]
+async fn a_poll_that_skipped_its_record_never_makes_anyone_look_gone() {
+    let app = spawn_app().await;
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"shards": 1, "admit_per_second": 0, "active_capacity": 1000,
+               "abandon_after_seconds": 60}),
+    )
+    .await;
+    let tag = app.shard_tags(&ev).await.remove(0);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as f64;
+    place(&app, &tag, "recorded-80s-ago", 1.0, Some(now_ms - 80_000.0)).await;
+    place(&app, &tag, "recorded-70s-ago", 2.0, Some(now_ms - 70_000.0)).await;
+    place(&app, &tag, "recorded-now", 3.0, Some(now_ms)).await;
+    app.update_event(&ev, json!({"admit_per_second": 1000}))
+        .await;
+    let conn = app.redis.clone();
+    let waiting_key = app.keys.shard(&tag).waiting;
+    eventually(Duration::from_secs(10), "the line emptied", || async {
+        let left: u64 = redis::AsyncCommands::zcard(&mut conn.clone(), &waiting_key)
+            .await
+            .unwrap();
+        (left == 0).then_some(())
+    })
+    .await;
+    let active = app.active_tickets(&ev).await;
+    assert_eq!(
+        active,
+        ["recorded-70s-ago", "recorded-now"]
+            .map(String::from)
+            .into_iter()
+            .collect(),
+        "admitted"
+    );
+}

@@ -371,7 +371,9 @@ async fn an_undo_never_takes_back_a_mark_a_repeated_confirmation_has_seen() {
     let mut holds = Vec::new();
     for (i, seats) in [["A-1", "A-2"], ["A-3", "A-4"]].iter().enumerate() {
         let token = app.admitted(&ev, &format!("buyer-{i}")).await;
-        let hold = hold(&app, &show, &token, &seats.map(String::from)).await.expect("held");
+        let hold = hold(&app, &show, &token, &seats.map(String::from))
+            .await
+            .expect("held");
         let raw: String = redis::AsyncCommands::hget(&mut conn, &k.holdrec, &hold)
             .await
             .unwrap();
@@ -403,18 +405,28 @@ async fn an_undo_never_takes_back_a_mark_a_repeated_confirmation_has_seen() {
     };
 
     let (repeated, ticket) = &holds[0];
-    assert!(matches!(book(repeated, ticket, "first").await, BookReply::Marked(_)));
+    assert!(matches!(
+        book(repeated, ticket, "first").await,
+        BookReply::Marked(_)
+    ));
     // The repeat: the same booking, answered on the first attempt's mark.
     assert!(matches!(
         book(repeated, ticket, "second").await,
         BookReply::AlreadyBooked(_)
     ));
-    assert_eq!(unbook(repeated, "first").await, 2, "the first attempt undid a mark a repeat had seen");
+    assert_eq!(
+        unbook(repeated, "first").await,
+        2,
+        "the first attempt undid a mark a repeat had seen"
+    );
     assert_eq!(seats_of(repeated).await, 2, "the repeat's seats stay sold");
 
     // Without a repeat, the first attempt's undo still works (nothing else knows of the mark).
     let (alone, ticket) = &holds[1];
-    assert!(matches!(book(alone, ticket, "only").await, BookReply::Marked(_)));
+    assert!(matches!(
+        book(alone, ticket, "only").await,
+        BookReply::Marked(_)
+    ));
     assert_eq!(seats_of(alone).await, 2);
     assert_eq!(unbook(alone, "other").await, 2, "another attempt's undo");
     assert_eq!(unbook(alone, "only").await, 1, "its own undo");
@@ -424,7 +436,10 @@ async fn an_undo_never_takes_back_a_mark_a_repeated_confirmation_has_seen() {
     // The sweeper is the other party that can publish a booking while its attempt still runs
     // (an attempt's undo can come later than the intent grace in a failover): it adopts the
     // mark before it publishes, and the late undo then leaves the seats sold.
-    assert!(matches!(book(alone, ticket, "late").await, BookReply::Marked(_)));
+    assert!(matches!(
+        book(alone, ticket, "late").await,
+        BookReply::Marked(_)
+    ));
     let adopted: Option<String> = scripts
         .adopt
         .key(&k.holdrec)
@@ -435,6 +450,10 @@ async fn an_undo_never_takes_back_a_mark_a_repeated_confirmation_has_seen() {
     let adopted: Value = serde_json::from_str(&adopted.expect("a booked hold")).unwrap();
     assert_eq!(adopted["booking"], format!("booking-of-{alone}").as_str());
     assert!(adopted.get("attempt").is_none(), "{adopted}");
-    assert_eq!(unbook(alone, "late").await, 2, "the late attempt undid a published booking");
+    assert_eq!(
+        unbook(alone, "late").await,
+        2,
+        "the late attempt undid a published booking"
+    );
     assert_eq!(seats_of(alone).await, 2);
 }
