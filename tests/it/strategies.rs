@@ -647,7 +647,25 @@ async fn statistical_positions_in_a_surge_are_unbiased_and_never_move_back_beyon
     );
 
     // Polled once the surge is over, then 3 s later with the position on screen: no one is
-    // shown further back by more than the budget.
+    // shown further back by more than the budget. "Over" means the leader has published the
+    // whole line (and the instance's 500 ms event cache has let go of older figures): while its
+    // figures lag by ΔW arrivals, the live correction of the total carries its own noise,
+    // √(N·ΔW) (statistical.rs), and a lag of thousands under a loaded test machine moved a
+    // whole shard's estimates back by 11 % once — that is the estimate's known spread in a
+    // surge, checked above with the positions shown on entering, not the steady state this
+    // part is about.
+    let stats_key = app.keys.event_stats(&ev);
+    eventually(Duration::from_secs(20), "the whole line published", || {
+        let (mut conn, key) = (app.redis.clone(), stats_key.clone());
+        async move {
+            let waiting: Option<u64> = redis::AsyncCommands::hget(&mut conn, key, "waiting")
+                .await
+                .ok()?;
+            (waiting == Some(6000)).then_some(())
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
     let tickets: Vec<String> = seen.keys().cloned().collect();
     let first = poll_all(&app, &ev, &tickets, None).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
