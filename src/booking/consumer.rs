@@ -424,7 +424,7 @@ impl Drop for CloseAside {
     }
 }
 
-/// An applier's consumer.
+/// The consumer of the ledger's one group member (its appliers share it).
 type LedgerConsumer = StreamConsumer<LagContext>;
 
 /// Takes the member's lag from librdkafka's statistics (every [`STATS_EVERY_MS`]): per

@@ -94,6 +94,9 @@ struct HoldRec {
     quantity: Option<u32>,
     #[serde(default)]
     booking: Option<String>,
+    /// The attempt whose mark this is, until a repeat or the sweeper adopts it (book.lua).
+    #[serde(default)]
+    attempt: Option<String>,
 }
 
 impl HoldRec {
@@ -284,17 +287,18 @@ impl Bookings {
             .await;
         // The mark must be on the node that acknowledged: the hold record there names this
         // booking, and for a fresh mark this attempt.
+        let booking_id = req.booking_id.to_string();
         let ours = |raw: &Option<String>| {
             raw.as_deref()
-                .and_then(|r| serde_json::from_str::<serde_json::Value>(r).ok())
+                .and_then(|r| HoldRec::parse(r).ok())
                 .is_some_and(|h| {
-                    h["booking"] == req.booking_id.to_string().as_str()
-                        && (!fresh || h["attempt"] == attempt)
+                    h.booking.as_deref() == Some(booking_id.as_str())
+                        && (!fresh || h.attempt.as_deref() == Some(attempt))
                 })
         };
-        match acked {
-            Ok((raw, n)) if n >= replicas && ours(&raw) => return Ok(()),
-            Ok((raw, n)) if !ours(&raw) => {
+        match acked.map(|(raw, n)| (ours(&raw), n)) {
+            Ok((true, n)) if n >= replicas => return Ok(()),
+            Ok((false, n)) => {
                 tracing::warn!(booking = %req.booking_id, acked = n, "the node that answered WAIT does not have the sold mark (a failover); undoing")
             }
             Ok((_, n)) => {

@@ -824,7 +824,6 @@ pub fn now_us() -> u64 {
         .unwrap_or(0)
 }
 
-/// Current time, ms since the Unix epoch.
 /// How stale a recorded poll may be before a poll records itself again (`lua/status.lua`): a
 /// quarter of the event's abandon time. The admission's abandon bounds are pushed back by as much
 /// (`admission::abandon_bound`), so a skipped write never makes anyone look gone.
@@ -832,6 +831,7 @@ pub fn seen_refresh_ms(cfg: &EventConfig) -> u64 {
     cfg.abandon_after_seconds * 1000 / 4
 }
 
+/// Current time, ms since the Unix epoch.
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
