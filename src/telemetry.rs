@@ -37,8 +37,9 @@ pub const REDIS_UNAVAILABLE: &str = "waitroom_redis_unavailable_total";
 /// |shown − exact| position of sampled waiting people, by `strategy`: `statistical` (estimates)
 /// and `global_counter` (counted positions); `timestamp` is exact by construction.
 pub const POSITION_ERROR: &str = "waitroom_position_error";
-/// Redis commands one poll of a waiting person sent (round trips, counted where they are
-/// sent), by the `strategy` that computed the position.
+/// Redis commands one poll of a waiting person sent to find its position (round trips, counted
+/// where they are sent; the occasional record of the poll is not one of them), by the
+/// `strategy` that computed the position.
 pub const COMMANDS_PER_POLL: &str = "waitroom_redis_commands_per_poll";
 /// Redis commands sent by admission ticks, by `event`; divide by `waitroom_admitted_total`
 /// for commands per admitted person.

@@ -318,8 +318,9 @@ impl Queue {
         }
     }
 
-    /// Runs the ticket's shard script — `enter.lua` when `arrival` is given (joining the line
-    /// with that score if not in it), else `status.lua` — and computes the standing.
+    /// Where `ticket` stands: `enter.lua` when `arrival` is given (joining the line with that
+    /// score if not in it), else the read of [`Queue::read_shard`]; then the position by the
+    /// event's strategy.
     async fn locate(
         &self,
         ev: &Event,
@@ -329,26 +330,23 @@ impl Queue {
         let cfg = &ev.config;
         let shard = Self::shard_of(cfg, ticket);
         let k = self.shard_keys(cfg, shard);
-        let mut call = match arrival {
+        let reply = match arrival {
             Some(score) => {
-                let mut c = self.store.scripts().enter.key(&k.waiting);
-                c.key(&k.active)
+                self.store
+                    .scripts()
+                    .enter
+                    .key(&k.waiting)
+                    .key(&k.active)
                     .key(&k.seen)
                     .arg(ticket.to_member())
-                    .arg(score);
-                c
+                    .arg(score)
+                    .arg(now_ms())
+                    .arg(cfg.active_ttl_seconds * 1000)
+                    .invoke_async::<ShardStanding>(&mut self.store.conn())
+                    .await?
             }
-            None => {
-                let mut c = self.store.scripts().status.key(&k.waiting);
-                c.key(&k.active).key(&k.seen).arg(ticket.to_member());
-                c
-            }
+            None => self.read_shard(cfg, &k, ticket).await?,
         };
-        call.arg(now_ms()).arg(cfg.active_ttl_seconds * 1000);
-        if arrival.is_none() {
-            call.arg(seen_refresh_ms(cfg));
-        }
-        let reply: ShardStanding = call.invoke_async(&mut self.store.conn()).await?;
         match reply {
             ShardStanding::Admitted { admitted_at_ms } => Ok(Standing::Admitted { admitted_at_ms }),
             ShardStanding::Waiting {
@@ -358,6 +356,62 @@ impl Queue {
             } => self.waiting(ev, shard, score, rank, shard_size).await,
             ShardStanding::Unknown => Err(QueueError::UnknownTicket),
         }
+    }
+
+    /// Where `ticket` stands in its shard, read without a script (the poll path): one pipeline of
+    /// plain reads of the waiting line and the last-seen record, and only for someone not
+    /// waiting a second read of the active set. The line is read before the active set, so a
+    /// ticket admitted between the two reads is found in the second. A waiting ticket whose
+    /// recorded poll is older than [`seen_refresh_ms`] (or who never polled) is recorded seen
+    /// now with `ZADD XX`, which cannot bring back a ticket that has left meanwhile (its
+    /// record leaves with it); the admission's abandon bounds allow for the skipped records
+    /// (`abandon_bound` in admission.rs). Most polls therefore write nothing, replicate nothing
+    /// and run no Lua. A lapsed session reads as unknown; the next admission tick removes it.
+    /// The record is not counted in `waitroom_redis_commands_per_poll`, which counts the reads
+    /// that find a position.
+    async fn read_shard(
+        &self,
+        cfg: &EventConfig,
+        k: &ShardKeys,
+        ticket: &Ticket,
+    ) -> Result<ShardStanding, QueueError> {
+        let member = ticket.to_member();
+        let now = now_ms();
+        let mut conn = self.store.conn();
+        let (score, rank, shard_size, seen): (Option<f64>, Option<u64>, u64, Option<f64>) =
+            redis::pipe()
+                .zscore(&k.waiting, &member)
+                .zrank(&k.waiting, &member)
+                .zcard(&k.waiting)
+                .zscore(&k.seen, &member)
+                .query_async(&mut conn)
+                .await?;
+        if let (Some(score), Some(rank)) = (score, rank) {
+            let stale = now.saturating_sub(seen_refresh_ms(cfg)) as f64;
+            if seen.is_some_and(|at| at <= 0.0 || at <= stale) {
+                let _: i64 = redis::cmd("ZADD")
+                    .arg(&k.seen)
+                    .arg("XX")
+                    .arg(now)
+                    .arg(&member)
+                    .query_async(&mut conn)
+                    .await?;
+            }
+            return Ok(ShardStanding::Waiting {
+                score,
+                rank,
+                shard_size,
+            });
+        }
+        let admitted: Option<f64> = conn.zscore(&k.active, &member).await?;
+        Ok(match admitted {
+            Some(at) if at as u64 + cfg.active_ttl_seconds * 1000 > now => {
+                ShardStanding::Admitted {
+                    admitted_at_ms: at as u64,
+                }
+            }
+            _ => ShardStanding::Unknown,
+        })
     }
 
     /// The standing of someone waiting at `score` (rank `rank` of `shard_size` in their shard),
@@ -824,7 +878,7 @@ pub fn now_us() -> u64 {
         .unwrap_or(0)
 }
 
-/// How stale a recorded poll may be before a poll records itself again (`lua/status.lua`): a
+/// How stale a recorded poll may be before a poll records itself again (`Queue::read_shard`): a
 /// quarter of the event's abandon time. The admission's abandon bounds are pushed back by as much
 /// (`admission::abandon_bound`), so a skipped write never makes anyone look gone.
 pub fn seen_refresh_ms(cfg: &EventConfig) -> u64 {

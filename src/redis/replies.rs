@@ -36,7 +36,8 @@ fn strings_from(items: &[Value], from: usize) -> Result<Vec<String>, ParsingErro
         .collect()
 }
 
-/// `enter.lua` and `status.lua`: where a ticket stands in its own shard.
+/// `enter.lua` (and the poll's plain reads, `Queue::read_shard`): where a ticket stands in its
+/// own shard.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ShardStanding {
     /// In the active set: admitted at this time (ms), session still live.

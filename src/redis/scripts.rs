@@ -12,8 +12,6 @@ use super::keys::ShowKeys;
 pub struct Scripts {
     /// See `lua/enter.lua`.
     pub enter: Script,
-    /// See `lua/status.lua`.
-    pub status: Script,
     /// See `lua/leave.lua`.
     pub leave: Script,
     /// See `lua/shard_heads.lua`.
@@ -51,7 +49,6 @@ impl Scripts {
     pub fn new() -> Self {
         Scripts {
             enter: Script::new(include_str!("../../lua/enter.lua")),
-            status: Script::new(include_str!("../../lua/status.lua")),
             leave: Script::new(include_str!("../../lua/leave.lua")),
             shard_heads: Script::new(include_str!("../../lua/shard_heads.lua")),
             admit: Script::new(include_str!("../../lua/admit.lua")),
@@ -77,7 +74,6 @@ impl Scripts {
     pub async fn preload(&self, conn: &mut super::RedisConn) -> redis::RedisResult<()> {
         for s in [
             &self.enter,
-            &self.status,
             &self.leave,
             &self.shard_heads,
             &self.admit,

@@ -467,7 +467,7 @@ async fn a_move_past_its_lease_or_run_twice_admits_nobody_more() {
 }
 
 /// A poll records itself only when its last record is older than a quarter of the abandon time
-/// (lua/status.lua): polls in between write nothing and replicate nothing.
+/// (`Queue::read_shard`): polls in between write nothing and replicate nothing.
 #[tokio::test]
 async fn a_poll_records_itself_at_most_once_per_quarter_of_the_abandon_time() {
     let app = spawn_app().await;
