@@ -187,6 +187,11 @@ pub struct LoadReport {
     pub position_error: Vec<PositionError>,
     /// CPU seconds spent during the run, per process group: where the machine's time went.
     pub cpu: CpuSeconds,
+    /// The load generator's own peak resident memory (`VmHWM`), bytes; `None` off Linux.
+    pub loadgen_peak_rss_bytes: Option<u64>,
+    /// That peak divided by the users played: an upper bound of the memory one simulated
+    /// user costs (the process's fixed part included).
+    pub loadgen_bytes_per_user: Option<f64>,
 }
 
 /// The ETA's truth: for each admitted user, the first `eta_seconds` it was shown at least
@@ -877,6 +882,10 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
             service: cpu_before.1.zip(cpu_after.1).map(|(b, a)| a - b),
             redis: before.zip(after).map(|(b, a)| a.cpu - b.cpu),
         },
+        loadgen_peak_rss_bytes: peak_rss(),
+        loadgen_bytes_per_user: peak_rss()
+            .filter(|_| args.users > 0)
+            .map(|rss| rss as f64 / args.users as f64),
     };
     print_report(&report);
     if let Some(path) = &args.json {
@@ -1150,6 +1159,12 @@ fn print_report(r: &LoadReport) {
         "\nall {} entered in {:.2} s ({:.0} enters/s)",
         r.users, r.enter_phase_seconds, r.enter_per_second
     );
+    if let (Some(rss), Some(per)) = (r.loadgen_peak_rss_bytes, r.loadgen_bytes_per_user) {
+        println!(
+            "load generator peak memory {:.1} MiB: {per:.0} B per simulated user",
+            rss as f64 / 1_048_576.0
+        );
+    }
     println!(
         "admitted {} at {:.0}/s (configured {:.0}/s); sold out told {}; gave up {}",
         r.admitted, r.admitted_per_second, r.configured_admit_per_second, r.sold_out, r.gave_up
@@ -1223,6 +1238,14 @@ fn print_report(r: &LoadReport) {
         c.p99_ms,
         c.max_ms
     );
+}
+
+/// This process's peak resident memory (`VmHWM` in /proc/self/status), bytes.
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 #[cfg(test)]
