@@ -405,11 +405,9 @@ impl Queue {
         }
         let admitted: Option<f64> = conn.zscore(&k.active, &member).await?;
         Ok(match admitted {
-            Some(at) if at as u64 + cfg.active_ttl_seconds * 1000 > now => {
-                ShardStanding::Admitted {
-                    admitted_at_ms: at as u64,
-                }
-            }
+            Some(at) if session_live(cfg, at, now) => ShardStanding::Admitted {
+                admitted_at_ms: at as u64,
+            },
             _ => ShardStanding::Unknown,
         })
     }
@@ -546,16 +544,21 @@ impl Queue {
     }
 
     /// True while `ticket` holds a live active session in `event`.
+    /// One read of the shard's active set: a hold or a booking needs no position.
     pub async fn is_active(&self, event: &EventId, ticket: &Ticket) -> Result<bool, QueueError> {
         let ev = self.events.get(&mut self.store.conn(), event).await?;
-        match self
-            .repairing(event, &ev.config, || self.locate(&ev, ticket, None))
-            .await
-        {
-            Ok(Standing::Admitted { .. }) => Ok(true),
-            Ok(_) | Err(QueueError::UnknownTicket) => Ok(false),
-            Err(e) => Err(e),
-        }
+        let cfg = &ev.config;
+        let k = self.shard_keys(cfg, Self::shard_of(cfg, ticket));
+        let admitted: Option<f64> = self
+            .repairing(event, cfg, || async {
+                Ok(self
+                    .store
+                    .conn()
+                    .zscore(&k.active, ticket.to_member())
+                    .await?)
+            })
+            .await?;
+        Ok(admitted.is_some_and(|at| session_live(cfg, at, now_ms())))
     }
 
     /// Ends `ticket`'s active session (after a purchase), freeing the slot for the next person.
@@ -883,6 +886,11 @@ pub fn now_us() -> u64 {
 /// (`admission::abandon_bound`), so a skipped write never makes anyone look gone.
 pub fn seen_refresh_ms(cfg: &EventConfig) -> u64 {
     cfg.abandon_after_seconds * 1000 / 4
+}
+
+/// True while a session admitted at `admitted_at_ms` (the active set's score) is live at `now`.
+fn session_live(cfg: &EventConfig, admitted_at_ms: f64, now: u64) -> bool {
+    admitted_at_ms as u64 + cfg.active_ttl_seconds * 1000 > now
 }
 
 /// Current time, ms since the Unix epoch.
