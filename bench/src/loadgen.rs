@@ -4,7 +4,9 @@
 //! at its arrival time whatever the service answered others — enter, poll as the service
 //! advises (`next_poll_ms`, divided by a time-compression factor for long sales), and when
 //! admitted a share of them hold one or two random seats and book; the others leave, giving
-//! their slot back. In-flight requests are bounded (a connection pool, not a thread per user).
+//! their slot back. In-flight requests are bounded: `--concurrency` workers play every user from
+//! one timer heap, where a user between requests is a small record ([`Visit`]), not a task, so
+//! a run of millions fits in memory (the report's `loadgen_bytes_per_user`).
 //!
 //! It reports request counts and latency percentiles per route, answers by status, the
 //! admission rate achieved against the configured one, admission-order inversions, Redis
@@ -16,7 +18,8 @@
 //! admitted meanwhile): at `--poll-rate` polls per second, open loop with latency measured from
 //! each poll's intended start, or closed loop at full speed when the rate is 0.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,7 +28,7 @@ use hdrhistogram::Histogram;
 use rand::Rng as _;
 use serde::Serialize;
 use serde_json::{json, Value};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{Notify, Semaphore};
 
 use waitroom::config::DEV_ADMIN_TOKEN;
 
@@ -387,15 +390,16 @@ pub fn inversions(users: &[Admission]) -> Inversions {
 }
 
 /// Where a user stands, as the last status object said.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 enum Status {
+    #[default]
     Waiting,
     Admitted,
     SoldOut,
 }
 
 /// What a user keeps of a status object (not the whole JSON: a million are held at once).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 struct Answer {
     status: Status,
     next_poll_ms: u32,
@@ -433,11 +437,62 @@ struct Stats {
     bookings: Vec<(String, Vec<String>)>,
     admissions: Vec<Admission>,
     /// Tickets of waiting users, for the poll benchmark.
-    tickets: Vec<String>,
+    tickets: Vec<uuid::Uuid>,
     /// ETA ÷ actual wait, per admitted user measured (see [`EtaError`]).
     eta_ratios: Vec<f64>,
     /// ms from each 201 to the booking's `confirmed`, as its buyer saw it.
     confirm_ms: Vec<u64>,
+}
+
+/// All the load generator keeps of one user between two requests: a million are held at once,
+/// so no task, future or buffer per user, only this (see [`Ctx::worker`]).
+struct Visit {
+    /// The user's index: its user id is `lg<i>`.
+    i: u32,
+    /// The ticket, once the enter was answered 200.
+    ticket: Option<uuid::Uuid>,
+    /// The last answer.
+    answer: Answer,
+    /// When the enter was sent and answered, µs from the start.
+    sent_us: u64,
+    answered_us: u64,
+    /// The first ETA shown once admission has run steadily (when, what).
+    eta_seen: Option<(u64, f64)>,
+}
+
+/// A visit due at `at_us` (µs from the start); ordered by that time, then by user.
+struct Due {
+    at_us: u64,
+    visit: Visit,
+}
+
+impl PartialEq for Due {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at_us, self.visit.i) == (other.at_us, other.visit.i)
+    }
+}
+
+impl Eq for Due {}
+
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Due {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at_us, self.visit.i).cmp(&(other.at_us, other.visit.i))
+    }
+}
+
+/// The users between requests: due ones in a min-heap by time, and, until polling opens (after
+/// the poll benchmark), those already entered.
+#[derive(Default)]
+struct Line {
+    due: BinaryHeap<Reverse<Due>>,
+    parked: Vec<Visit>,
+    open: bool,
 }
 
 struct Ctx {
@@ -455,8 +510,12 @@ struct Ctx {
     start: Instant,
     /// Highest memory of the Redis primaries seen so far.
     peak_memory: std::sync::atomic::AtomicU64,
-    /// Turns true when users may start polling (at once, unless a poll benchmark runs first).
-    polling: watch::Receiver<bool>,
+    /// Users between requests (see [`Line`]).
+    line: Mutex<Line>,
+    /// Told when an entry becomes the line's earliest, or when the last visit ends.
+    pushed: Notify,
+    /// Users whose visit has not ended yet.
+    remaining: std::sync::atomic::AtomicUsize,
     /// When admission opened, wall-clock ms (u64::MAX before).
     opened_ms: std::sync::atomic::AtomicU64,
 }
@@ -535,10 +594,88 @@ impl Ctx {
         Some((status, body, sent))
     }
 
-    /// One user's whole visit. Between requests a user holds only its ticket and an [`Answer`]:
-    /// each call is boxed, and a call waiting for the gate has not built its request yet (the
-    /// HTTP future, boxed again, exists only past the gate).
-    async fn user(self: Arc<Self>, i: usize) {
+    /// Plays visits from the line until every user's visit has ended. `--concurrency` workers
+    /// run, so that many requests are in flight at most (the gate also counts the buyers').
+    async fn worker(self: Arc<Self>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        while self.remaining.load(Relaxed) > 0 {
+            // Registered before the line is read: a push after the read still wakes this one.
+            let pushed = self.pushed.notified();
+            let now = self.start.elapsed().as_micros() as u64;
+            let next = {
+                let mut line = self.line.lock().expect("line");
+                match line.due.peek() {
+                    Some(Reverse(d)) if d.at_us <= now => {
+                        line.due.pop().map(|Reverse(d)| Ok(d.visit))
+                    }
+                    Some(Reverse(d)) => Some(Err(d.at_us - now)),
+                    None => None,
+                }
+            };
+            match next {
+                Some(Ok(visit)) => self.step(visit).await,
+                Some(Err(wait_us)) => {
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_micros(wait_us)) => {}
+                        () = pushed => {}
+                    }
+                }
+                None => {
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                        () = pushed => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Puts a visit in the line, due in `wait`.
+    fn schedule(&self, visit: Visit, wait: Duration) {
+        let at_us = (self.start.elapsed() + wait).as_micros() as u64;
+        let mut line = self.line.lock().expect("line");
+        let i = visit.i;
+        line.due.push(Reverse(Due { at_us, visit }));
+        let first = line.due.peek().is_some_and(|Reverse(d)| d.visit.i == i);
+        drop(line);
+        if first {
+            self.pushed.notify_one();
+        }
+    }
+
+    /// A visit has ended.
+    fn done(&self) {
+        if self
+            .remaining
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed)
+            == 1
+        {
+            self.pushed.notify_waiters();
+        }
+    }
+
+    /// Lets the users who entered before polling opened go on.
+    fn open_line(self: &Arc<Self>) {
+        let parked = {
+            let mut line = self.line.lock().expect("line");
+            line.open = true;
+            std::mem::take(&mut line.parked)
+        };
+        for visit in parked {
+            self.next(visit);
+        }
+    }
+
+    /// The next request of a visit: its enter, or a poll.
+    async fn step(self: &Arc<Self>, visit: Visit) {
+        match visit.ticket {
+            None => self.enter(visit).await,
+            Some(ticket) => self.poll(visit, ticket).await,
+        }
+    }
+
+    async fn enter(self: &Arc<Self>, mut visit: Visit) {
+        let i = visit.i;
         let enter = || {
             self.http
                 .post(format!("{}/v1/events/{}/queue", self.base, self.event))
@@ -546,69 +683,103 @@ impl Ctx {
         };
         // Sent when the request left (not when the user wanted to send it: with everyone
         // arriving at once most wait for the gate, and their order is only known from here).
-        let entered = Box::pin(self.call_from("enter", enter, None)).await;
+        let entered = self.call_from("enter", enter, None).await;
         let answered_us = self.start.elapsed().as_micros() as u64;
-        let Some((200, body, sent)) = entered else {
+        let ticket = match &entered {
+            Some((200, body, _)) => body["ticket"]
+                .as_str()
+                .and_then(|t| uuid::Uuid::parse_str(t).ok()),
+            _ => None,
+        };
+        let (Some(ticket), Some((_, body, sent))) = (ticket, entered) else {
             self.entered
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.done();
             return;
         };
-        let ticket = body["ticket"].as_str().unwrap_or_default().to_owned();
-        let mut answer = Answer::read(&body);
-        drop(body);
+        visit.ticket = Some(ticket);
+        visit.answer = Answer::read(&body);
+        visit.sent_us = sent.duration_since(self.start).as_micros() as u64;
+        visit.answered_us = answered_us;
         if self.args.poll_phase_seconds > 0.0 {
-            self.stats
-                .lock()
-                .expect("stats")
-                .tickets
-                .push(ticket.clone());
+            self.stats.lock().expect("stats").tickets.push(ticket);
         }
         self.entered
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let _ = self.polling.clone().wait_for(|open| *open).await;
-        // The first ETA shown once admission has run steadily (when, what).
-        let mut eta_seen: Option<(u64, f64)> = None;
-        loop {
-            if eta_seen.is_none() && answer.status == Status::Waiting {
-                let now = wall_ms();
-                let opened = self.opened_ms.load(std::sync::atomic::Ordering::Relaxed);
-                if now >= opened.saturating_add(ETA_SETTLE.as_millis() as u64) {
-                    eta_seen = answer.eta_seconds.map(|e| (now, e));
-                }
-            }
-            match answer.status {
-                Status::Admitted => break,
-                Status::SoldOut => {
-                    self.stats.lock().expect("stats").sold_out += 1;
-                    return;
-                }
-                Status::Waiting => {}
-            }
-            if Instant::now() > self.deadline {
-                self.stats.lock().expect("stats").gave_up += 1;
+        let mut line = self.line.lock().expect("line");
+        if !line.open {
+            line.parked.push(visit);
+            return;
+        }
+        drop(line);
+        self.next(visit);
+    }
+
+    async fn poll(self: &Arc<Self>, mut visit: Visit, ticket: uuid::Uuid) {
+        let poll = || {
+            self.http.get(format!(
+                "{}/v1/events/{}/queue/{ticket}",
+                self.base, self.event
+            ))
+        };
+        match self.call_from("poll", poll, None).await {
+            Some((200, s, _)) => visit.answer = Answer::read(&s),
+            Some((429 | 503 | 599, _, _)) => {}
+            _ => {
+                self.done();
                 return;
             }
-            let wait = f64::from(answer.next_poll_ms) / self.args.time_compression;
-            tokio::time::sleep(Duration::from_millis(wait.max(10.0) as u64)).await;
-            let poll = || {
-                self.http.get(format!(
-                    "{}/v1/events/{}/queue/{ticket}",
-                    self.base, self.event
-                ))
-            };
-            match Box::pin(self.call_from("poll", poll, None)).await {
-                Some((200, s, _)) => answer = Answer::read(&s),
-                Some((429 | 503 | 599, _, _)) => {}
-                _ => return,
+        }
+        self.next(visit);
+    }
+
+    /// What a visit does after an answer: wait for the next poll, or end (admitted: buy or
+    /// leave, in a task of its own; sold out; past the deadline).
+    fn next(self: &Arc<Self>, mut visit: Visit) {
+        if visit.eta_seen.is_none() && visit.answer.status == Status::Waiting {
+            let now = wall_ms();
+            let opened = self.opened_ms.load(std::sync::atomic::Ordering::Relaxed);
+            if now >= opened.saturating_add(ETA_SETTLE.as_millis() as u64) {
+                visit.eta_seen = visit.answer.eta_seconds.map(|e| (now, e));
             }
         }
+        match visit.answer.status {
+            Status::Admitted => {
+                tokio::spawn(self.clone().admitted(visit));
+                return;
+            }
+            Status::SoldOut => {
+                self.stats.lock().expect("stats").sold_out += 1;
+                self.done();
+                return;
+            }
+            Status::Waiting => {}
+        }
+        if Instant::now() > self.deadline {
+            self.stats.lock().expect("stats").gave_up += 1;
+            self.done();
+            return;
+        }
+        let wait = f64::from(visit.answer.next_poll_ms) / self.args.time_compression;
+        self.schedule(visit, Duration::from_millis(wait.max(10.0) as u64));
+    }
+
+    /// An admitted user: recorded, then buys (`--buy-share`) or leaves.
+    async fn admitted(self: Arc<Self>, visit: Visit) {
+        self.buy_or_leave(visit).await;
+        self.done();
+    }
+
+    async fn buy_or_leave(&self, visit: Visit) {
+        let answer = visit.answer;
+        let ticket = visit.ticket.unwrap_or_default();
         {
             let mut st = self.stats.lock().expect("stats");
             st.admitted += 1;
             let now = Instant::now();
             st.first_admit.get_or_insert(now);
             st.last_admit = Some(now);
-            if let (Some((shown, eta)), Some(at)) = (eta_seen, answer.admitted_at_ms) {
+            if let (Some((shown, eta)), Some(at)) = (visit.eta_seen, answer.admitted_at_ms) {
                 let waited_ms = at.saturating_sub(shown);
                 if waited_ms >= 1000 {
                     st.eta_ratios.push(eta * 1000.0 / waited_ms as f64);
@@ -616,8 +787,8 @@ impl Ctx {
             }
             if let Some(admitted_at_ms) = answer.admitted_at_ms {
                 st.admissions.push(Admission {
-                    sent_us: sent.duration_since(self.start).as_micros() as u64,
-                    answered_us,
+                    sent_us: visit.sent_us,
+                    answered_us: visit.answered_us,
                     admitted_at_ms,
                 });
             }
@@ -697,7 +868,6 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
     );
     let errors_before = position_errors(&http, &args.url).await;
     let start = Instant::now();
-    let (open_polling, polling) = watch::channel(args.poll_phase_seconds <= 0.0);
     let ctx = Arc::new(Ctx {
         http: http.clone(),
         base: args.url.clone(),
@@ -710,7 +880,12 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
         entered: std::sync::atomic::AtomicUsize::new(0),
         start,
         peak_memory: std::sync::atomic::AtomicU64::new(0),
-        polling,
+        line: Mutex::new(Line {
+            open: args.poll_phase_seconds <= 0.0,
+            ..Line::default()
+        }),
+        pushed: Notify::new(),
+        remaining: std::sync::atomic::AtomicUsize::new(args.users),
         opened_ms: std::sync::atomic::AtomicU64::new(u64::MAX),
         args: args.clone(),
     });
@@ -720,15 +895,26 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
         args.redis_nodes.clone(),
         stop_watching.clone(),
     ));
-    let users: Vec<_> = (0..args.users)
-        .map(|i| {
+    {
+        let mut line = ctx.line.lock().expect("line");
+        for i in 0..args.users {
             let at = arrival(args.arrivals, i, args.users, args.arrival_seconds);
-            let ctx = ctx.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep_until((start + at).into()).await;
-                ctx.user(i).await;
-            })
-        })
+            let visit = Visit {
+                i: i as u32,
+                ticket: None,
+                answer: Answer::default(),
+                sent_us: 0,
+                answered_us: 0,
+                eta_seen: None,
+            };
+            line.due.push(Reverse(Due {
+                at_us: at.as_micros() as u64,
+                visit,
+            }));
+        }
+    }
+    let workers: Vec<_> = (0..args.concurrency.max(1))
+        .map(|_| tokio::spawn(ctx.clone().worker()))
         .collect();
     // Admission is held back until everyone has entered (or the run's deadline), so the line's
     // memory is measured with all of them in it; then it opens at the configured rate.
@@ -748,7 +934,7 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
             } else {
                 None
             };
-            let _ = open_polling.send(true);
+            ctx.open_line();
             ctx.opened_ms
                 .store(wall_ms(), std::sync::atomic::Ordering::Relaxed);
             let _ = http
@@ -760,8 +946,8 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
             (full, enter_phase, phase)
         })
     };
-    for u in users {
-        let _ = u.await;
+    for w in workers {
+        let _ = w.await;
     }
     let (full, enter_phase, phase) = opener.await.unwrap_or((None, Duration::ZERO, None));
     let after = redis_figures(&args.redis_nodes).await;
@@ -917,7 +1103,7 @@ fn route_report(
 /// The poll benchmark: polls of random waiting tickets for `--poll-phase-seconds`. Returns its
 /// length.
 async fn poll_phase(ctx: &Arc<Ctx>) -> Duration {
-    let tickets: Arc<Vec<String>> = Arc::new(std::mem::take(
+    let tickets: Arc<Vec<uuid::Uuid>> = Arc::new(std::mem::take(
         &mut ctx.stats.lock().expect("stats").tickets,
     ));
     let t0 = Instant::now();
@@ -925,7 +1111,7 @@ async fn poll_phase(ctx: &Arc<Ctx>) -> Duration {
         return Duration::ZERO;
     }
     let end = t0 + Duration::from_secs_f64(ctx.args.poll_phase_seconds);
-    let poll = |ctx: Arc<Ctx>, tickets: Arc<Vec<String>>, since: Option<Instant>| async move {
+    let poll = |ctx: Arc<Ctx>, tickets: Arc<Vec<uuid::Uuid>>, since: Option<Instant>| async move {
         let t = &tickets[rand::rng().random_range(0..tickets.len())];
         let req = ctx
             .http
