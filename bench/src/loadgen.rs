@@ -460,6 +460,20 @@ struct Visit {
     eta_seen: Option<(u64, f64)>,
 }
 
+impl Visit {
+    /// User `i` before its enter.
+    fn new(i: u32) -> Visit {
+        Visit {
+            i,
+            ticket: None,
+            answer: Answer::default(),
+            sent_us: 0,
+            answered_us: 0,
+            eta_seen: None,
+        }
+    }
+}
+
 /// A visit due at `at_us` (µs from the start); ordered by that time, then by user.
 struct Due {
     at_us: u64,
@@ -899,17 +913,9 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
         let mut line = ctx.line.lock().expect("line");
         for i in 0..args.users {
             let at = arrival(args.arrivals, i, args.users, args.arrival_seconds);
-            let visit = Visit {
-                i: i as u32,
-                ticket: None,
-                answer: Answer::default(),
-                sent_us: 0,
-                answered_us: 0,
-                eta_seen: None,
-            };
             line.due.push(Reverse(Due {
                 at_us: at.as_micros() as u64,
-                visit,
+                visit: Visit::new(i as u32),
             }));
         }
     }
@@ -1437,6 +1443,27 @@ fn peak_rss() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_line_gives_the_earliest_visit_first_and_ties_by_user() {
+        let mut rng = rand::rng();
+        let mut heap = BinaryHeap::new();
+        let mut want = Vec::new();
+        for i in 0..500u32 {
+            // Many ties: 20 distinct times for 500 users.
+            let at_us = rng.random_range(0..20u64) * 1000;
+            want.push((at_us, i));
+            heap.push(Reverse(Due {
+                at_us,
+                visit: Visit::new(i),
+            }));
+        }
+        want.sort_unstable();
+        let got: Vec<(u64, u32)> = std::iter::from_fn(|| heap.pop())
+            .map(|Reverse(d)| (d.at_us, d.visit.i))
+            .collect();
+        assert_eq!(got, want);
+    }
 
     #[test]
     fn arrival_profiles_spread_users_as_documented() {
