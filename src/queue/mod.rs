@@ -174,7 +174,11 @@ impl Queue {
 
     /// The shard a ticket lives in: CRC16 of the ticket mod the shard count.
     pub fn shard_of(cfg: &EventConfig, ticket: &Ticket) -> usize {
-        let member = ticket.to_member();
+        Self::shard_of_member(cfg, &ticket.to_member())
+    }
+
+    /// [`Queue::shard_of`] for a ticket already formatted as its member.
+    fn shard_of_member(cfg: &EventConfig, member: &str) -> usize {
         crc16::State::<crc16::XMODEM>::calculate(member.as_bytes()) as usize % cfg.shards as usize
     }
 
@@ -328,7 +332,9 @@ impl Queue {
         arrival: Option<u64>,
     ) -> Result<Standing, QueueError> {
         let cfg = &ev.config;
-        let shard = Self::shard_of(cfg, ticket);
+        // Formatted once: the shard, the script or the read all take the member.
+        let member = ticket.to_member();
+        let shard = Self::shard_of_member(cfg, &member);
         let k = self.shard_keys(cfg, shard);
         let reply = match arrival {
             Some(score) => {
@@ -338,14 +344,14 @@ impl Queue {
                     .key(&k.waiting)
                     .key(&k.active)
                     .key(&k.seen)
-                    .arg(ticket.to_member())
+                    .arg(&member)
                     .arg(score)
                     .arg(now_ms())
                     .arg(cfg.active_ttl_seconds * 1000)
                     .invoke_async::<ShardStanding>(&mut self.store.conn())
                     .await?
             }
-            None => self.read_shard(cfg, &k, ticket).await?,
+            None => self.read_shard(cfg, &k, &member).await?,
         };
         match reply {
             ShardStanding::Admitted { admitted_at_ms } => Ok(Standing::Admitted { admitted_at_ms }),
@@ -373,17 +379,16 @@ impl Queue {
         &self,
         cfg: &EventConfig,
         k: &ShardKeys,
-        ticket: &Ticket,
+        member: &str,
     ) -> Result<ShardStanding, QueueError> {
-        let member = ticket.to_member();
         let now = now_ms();
         let mut conn = self.store.conn();
         let (score, rank, shard_size, seen): (Option<f64>, Option<u64>, u64, Option<f64>) =
             redis::pipe()
-                .zscore(&k.waiting, &member)
-                .zrank(&k.waiting, &member)
+                .zscore(&k.waiting, member)
+                .zrank(&k.waiting, member)
                 .zcard(&k.waiting)
-                .zscore(&k.seen, &member)
+                .zscore(&k.seen, member)
                 .query_async(&mut conn)
                 .await?;
         if let (Some(score), Some(rank)) = (score, rank) {
@@ -393,7 +398,7 @@ impl Queue {
                     .arg(&k.seen)
                     .arg("XX")
                     .arg(now)
-                    .arg(&member)
+                    .arg(member)
                     .query_async(&mut conn)
                     .await?;
             }
@@ -403,7 +408,7 @@ impl Queue {
                 shard_size,
             });
         }
-        let admitted: Option<f64> = conn.zscore(&k.active, &member).await?;
+        let admitted: Option<f64> = conn.zscore(&k.active, member).await?;
         Ok(match admitted {
             Some(at) if session_live(cfg, at, now) => ShardStanding::Admitted {
                 admitted_at_ms: at as u64,
