@@ -8,6 +8,8 @@
 -- ARGV[2]  arrival score (microseconds from the instance clock, or the event's counter)
 -- ARGV[3]  now, ms
 -- ARGV[4]  active session length, ms
+-- ARGV[5]  the shard's horizon: only the first this many of the line keep a last-seen record
+--          (see shard_heads.lua); someone entering further back records nothing
 -- Returns  {2, admitted_at_ms, 0, 0}       when the ticket holds a live active session
 --          {1, score, rank, shard_size}   when it waits (rank 0-based within the shard)
 --
@@ -21,13 +23,17 @@ if adm then
   redis.call('ZREM', KEYS[2], ARGV[1])
 end
 redis.call('ZADD', KEYS[1], 'NX', ARGV[2], ARGV[1])
--- Last seen: an entry that has never polled is kept negative (-now), so the overload guard
--- counts only people who have polled (shard_heads.lua); once polled, entering counts as a poll.
-local seen = redis.call('ZSCORE', KEYS[3], ARGV[1])
-if seen and tonumber(seen) > 0 then
-  redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
-else
-  redis.call('ZADD', KEYS[3], -tonumber(ARGV[3]), ARGV[1])
+local rank = redis.call('ZRANK', KEYS[1], ARGV[1])
+-- Last seen, only inside the horizon: an entry that has never polled is kept negative (-now), so
+-- the overload guard counts only people who have polled (shard_heads.lua); once polled, entering
+-- counts as a poll. Further back nothing is written: shard_heads.lua stamps people as the line
+-- brings them inside.
+if rank < tonumber(ARGV[5]) then
+  local seen = redis.call('ZSCORE', KEYS[3], ARGV[1])
+  if seen and tonumber(seen) > 0 then
+    redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
+  else
+    redis.call('ZADD', KEYS[3], -tonumber(ARGV[3]), ARGV[1])
+  end
 end
-return {1, redis.call('ZSCORE', KEYS[1], ARGV[1]), redis.call('ZRANK', KEYS[1], ARGV[1]),
-        redis.call('ZCARD', KEYS[1])}
+return {1, redis.call('ZSCORE', KEYS[1], ARGV[1]), rank, redis.call('ZCARD', KEYS[1])}

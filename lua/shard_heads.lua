@@ -5,12 +5,15 @@
 -- KEYS[1]  waiting zset of the shard
 -- KEYS[2]  active zset of the shard
 -- KEYS[3]  last-seen zset of the shard
+-- KEYS[4]  the shard's horizon cursor (string): the score of the last person stamped
 -- ARGV[1]  expiry bound, ms: sessions admitted at or before it have run out (now - ttl)
 -- ARGV[2]  k, how many heads to return (0 = none)
 -- ARGV[3]  abandon bound, ms: people last seen at or before it have left without saying so
 -- ARGV[4]  start of the global_counter range of scores ('' = none)
 -- ARGV[5]  the abandon bound for people who have polled while the overload guard holds (older
 --          than ARGV[3]: the guard gives the benefit of the doubt for a while, not forever)
+-- ARGV[6]  the shard's horizon: how many from the front keep a last-seen record
+-- ARGV[7]  now, ms
 -- Returns  {active_count, waiting_count, {member1, score1, ...}, abandoned_removed,
 --           waiting_before_counter_range, first_score_in_counter_range or '',
 --           1 when the overload guard suspended abandonment, else 0}
@@ -25,6 +28,16 @@
 -- see enter.lua) neither count towards the guard nor are covered by it: a crowd of entries that
 -- never poll cannot switch abandonment off, and is removed at the normal bound.
 -- Lines under GUARD_MIN polled people per shard are too small to tell.
+--
+-- The horizon: only the first ARGV[6] of the line keep a last-seen record (enter.lua and polls
+-- write none further back), so the last-seen set does not grow with the line. As the line moves,
+-- people come inside; each tick stamps those who came in since the last (the ranks from the cursor
+-- to the horizon, at most STAMP per tick) with `ZADD NX -now`: "inside since now, not polled
+-- since", which their next poll turns into a positive record, and which is taken for gone at the
+-- normal bound like an entry that never polled. While the guard holds they are stamped `now`
+-- instead, so that people whose polls do not reach us are covered by the guard. Members with the
+-- cursor's own score that were not stamped, or anyone the cursor skipped, keep no record and are
+-- never taken for gone: the safe side.
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
 local k = tonumber(ARGV[2])
 local heads = {}
@@ -79,6 +92,36 @@ if ARGV[4] ~= '' then
   local f = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[4], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if #f > 0 then
     first = f[2]
+  end
+end
+local horizon = tonumber(ARGV[6])
+local STAMP = 1000
+local cursor = redis.call('GET', KEYS[4])
+local from = 0
+if cursor then
+  from = redis.call('ZCOUNT', KEYS[1], '-inf', cursor)
+end
+if from > horizon then
+  -- The horizon shrank (a lower rate) or people arrived ahead of the cursor: restart at its edge.
+  local edge = redis.call('ZRANGE', KEYS[1], horizon - 1, horizon - 1, 'WITHSCORES')
+  if #edge > 0 then
+    redis.call('SET', KEYS[4], edge[2])
+  end
+elseif from < horizon then
+  local fresh = redis.call('ZRANGE', KEYS[1], from, math.min(horizon, from + STAMP) - 1,
+                           'WITHSCORES')
+  if #fresh > 0 then
+    local stamp = -tonumber(ARGV[7])
+    if suspended == 1 then
+      stamp = tonumber(ARGV[7])
+    end
+    local add = {}
+    for i = 1, #fresh, 2 do
+      add[#add + 1] = stamp
+      add[#add + 1] = fresh[i]
+    end
+    redis.call('ZADD', KEYS[3], 'NX', unpack(add))
+    redis.call('SET', KEYS[4], fresh[#fresh])
   end
 end
 -- Every place removed above was read from the line in this script: the line is now

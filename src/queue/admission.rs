@@ -36,7 +36,7 @@ use waitroom_strategies::merge::{group_by_shard, merge_heads, ShardHeads, ShardP
 use waitroom_strategies::{global_counter, round_robin, statistical, timestamp, StrategyKind};
 
 use super::event::{EventConfig, EventState};
-use super::{now_ms, seen_refresh_ms, Queue, QueueError};
+use super::{horizon, now_ms, seen_refresh_ms, Queue, QueueError};
 use crate::config::AdmissionConfig;
 use crate::ids::EventId;
 use crate::redis::keys::stats;
@@ -490,6 +490,7 @@ impl EventAdmission {
             heads_per_shard(budget, cfg.shards as usize, self.head_factor)
         };
         let counter_start = &counter_start;
+        let horizon = horizon(cfg);
         let reads = (0..cfg.shards as usize).map(|i| {
             let mut conn = store.conn();
             let k = store.keys().shard(&cfg.shard_tags[i]);
@@ -500,11 +501,14 @@ impl EventAdmission {
                     .key(&k.waiting)
                     .key(&k.active)
                     .key(&k.seen)
+                    .key(&k.horizon)
                     .arg(expire_before)
                     .arg(heads_wanted)
                     .arg(abandon_before)
                     .arg(counter_start)
                     .arg(guarded_before)
+                    .arg(horizon)
+                    .arg(now_ms)
                     .invoke_async::<ShardRead>(&mut conn)
                     .await
             }

@@ -348,6 +348,7 @@ impl Queue {
                     .arg(score)
                     .arg(now_ms())
                     .arg(cfg.active_ttl_seconds * 1000)
+                    .arg(horizon(cfg))
                     .invoke_async::<ShardStanding>(&mut self.store.conn())
                     .await?
             }
@@ -808,6 +809,7 @@ impl Queue {
                 (k.admitted, "string"),
                 (k.seen, "zset"),
                 (k.op, "string"),
+                (k.horizon, "string"),
             ]);
         }
         // The event's own counter and figures too. Its configuration is read as JSON and a bad
@@ -893,6 +895,28 @@ pub fn seen_refresh_ms(cfg: &EventConfig) -> u64 {
     cfg.abandon_after_seconds * 1000 / 4
 }
 
+/// The horizon never holds fewer than this many people per shard.
+const HORIZON_FLOOR: u64 = 1000;
+/// How many times the people admitted during an abandon bound the horizon holds: the margin for
+/// shards of uneven length (a shard's share of the rate is an average).
+const HORIZON_MARGIN: f64 = 1.5;
+/// Nor more than this: the scripts' Lua numbers print whole only below 10^14.
+const HORIZON_CAP: u64 = 1 << 40;
+
+/// The horizon of each shard: how many people from its front keep a last-seen record. Only they
+/// can be found abandoned, and everyone further back costs one sorted-set entry instead of two
+/// (docs/architecture.md, "Abandoned places"). It holds the people the event admits per shard,
+/// at its configured rate, during an abandon bound (`abandon_after_seconds` plus
+/// [`seen_refresh_ms`]), times [`HORIZON_MARGIN`], and at least [`HORIZON_FLOOR`]: someone who
+/// comes inside is stamped there by the admission tick and has that long to poll before reaching
+/// the front, so an abandoned place is found before it is admitted, as when everyone had a record.
+pub fn horizon(cfg: &EventConfig) -> u64 {
+    let bound_s = (cfg.abandon_after_seconds * 1000 + seen_refresh_ms(cfg)) as f64 / 1000.0;
+    let per_shard = cfg.admit_per_second.max(0.0) * bound_s * HORIZON_MARGIN
+        / f64::from(cfg.shards.max(1));
+    (per_shard.ceil().min(HORIZON_CAP as f64) as u64).max(HORIZON_FLOOR)
+}
+
 /// True while a session admitted at `admitted_at_ms` (the active set's score) is live at `now`.
 fn session_live(cfg: &EventConfig, admitted_at_ms: f64, now: u64) -> bool {
     admitted_at_ms as u64 + cfg.active_ttl_seconds * 1000 > now
@@ -946,6 +970,27 @@ mod tests {
         assert_eq!(mid.next_poll_ms, 5_000);
         let jittered = advise(2_000, Some(100.0), 1.2);
         assert_eq!(jittered.next_poll_ms, 6_000);
+    }
+
+    #[test]
+    fn the_horizon_holds_an_abandon_bound_of_admissions_per_shard_with_a_floor() {
+        let cfg = |rate: f64, shards: u32| {
+            let patch = event::EventPatch {
+                admit_per_second: Some(rate),
+                shards: Some(shards),
+                ..Default::default()
+            };
+            patch.apply(None).unwrap()
+        };
+        // 5,000/s over 8 shards, bound 60 s + 15 s: 5000 × 75 × 1.5 / 8.
+        assert_eq!(horizon(&cfg(5000.0, 8)), 70_313);
+        assert_eq!(horizon(&cfg(100.0, 8)), 1407, "100 × 75 × 1.5 / 8");
+        assert_eq!(horizon(&cfg(50.0, 8)), HORIZON_FLOOR, "a slow line keeps the floor");
+        assert_eq!(horizon(&cfg(0.0, 1)), HORIZON_FLOOR, "and so does a paused one");
+        // Beyond what a configuration may ask (1,000,000/s): still a number Lua prints whole.
+        let mut unbounded = cfg(1.0, 1);
+        unbounded.admit_per_second = 1e12;
+        assert_eq!(horizon(&unbounded), HORIZON_CAP);
     }
 
     #[test]

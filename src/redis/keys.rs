@@ -113,6 +113,9 @@ pub struct ShardKeys {
     pub seen: String,
     /// The last admission operation's id (string): `admit.lua` runs once per id.
     pub op: String,
+    /// The horizon cursor (string): the score of the last person `shard_heads.lua` stamped as
+    /// inside the horizon, the front part of the line that keeps last-seen records.
+    pub horizon: String,
 }
 
 impl Keys {
@@ -179,6 +182,7 @@ impl Keys {
             admitted: format!("{}:{tag}:n", self.prefix),
             seen: format!("{}:{tag}:s", self.prefix),
             op: format!("{}:{tag}:op", self.prefix),
+            horizon: format!("{}:{tag}:hz", self.prefix),
         }
     }
 }
@@ -243,6 +247,7 @@ mod tests {
         assert_eq!(slot(&s.waiting), slot(&s.active));
         assert_eq!(slot(&s.waiting), slot(&s.admitted));
         assert_eq!(slot(&s.waiting), slot(&s.seen));
+        assert_eq!(slot(&s.waiting), slot(&s.horizon));
         assert_eq!(
             slot(&keys.event_config("ev")),
             slot(&keys.event_stats("ev"))

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::common::{eventually, spawn_app, unique, TestApp};
 
@@ -550,4 +550,86 @@ async fn a_poll_that_skipped_its_record_never_makes_anyone_look_gone() {
             .collect(),
         "admitted"
     );
+}
+
+/// Only the first `horizon` people of a shard keep a last-seen record (1,000 here: the floor, at
+/// a rate of 0). Two people enter behind 1,200 others: neither entering nor polling writes a
+/// record for them. When the line has brought them inside (the 1,200 admitted, capacity full),
+/// the tick stamps them "inside, not polled since"; the one who keeps polling turns the stamp
+/// into a record, the one who stopped is found gone at the front and removed, not admitted, as
+/// when everyone had a record. Without the stamp, the silent one would have no record and be
+/// admitted.
+#[tokio::test]
+async fn people_beyond_the_horizon_write_nothing_and_are_still_found_gone_at_the_front() {
+    let app = spawn_app().await;
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"shards": 1, "admit_per_second": 0, "active_capacity": 1200,
+               "abandon_after_seconds": 1}),
+    )
+    .await;
+    let tag = app.shard_tags(&ev).await.remove(0);
+    let k = app.keys.shard(&tag);
+    let mut conn = app.redis.clone();
+    // 1,200 people ahead, placed directly (their scores are below any arrival score).
+    let mut pipe = redis::pipe();
+    for i in 0..1200 {
+        pipe.zadd(&k.waiting, format!("ahead-{i:04}"), f64::from(i + 1))
+            .ignore();
+    }
+    let () = pipe.query_async(&mut conn).await.unwrap();
+    let ticket = |v: Value| v["ticket"].as_str().unwrap().to_owned();
+    let polls = ticket(app.enter_ok(&ev, "keeps-polling").await);
+    let silent = ticket(app.enter_ok(&ev, "goes-silent").await);
+    let record = |t: &str| {
+        let (mut conn, key, t) = (app.redis.clone(), k.seen.clone(), t.to_owned());
+        async move {
+            redis::AsyncCommands::zscore::<_, _, Option<f64>>(&mut conn, key, t)
+                .await
+                .unwrap()
+        }
+    };
+    let first = app.poll_ok(&ev, &polls).await;
+    assert_eq!(first["position"], 1201, "behind the 1,200");
+    assert_eq!(record(&polls).await, None, "a poll beyond the horizon writes nothing");
+    assert_eq!(record(&silent).await, None, "an enter beyond the horizon writes nothing");
+    let seen_size: u64 = redis::AsyncCommands::zcard(&mut conn, &k.seen).await.unwrap();
+    assert_eq!(seen_size, 0, "nobody else wrote one either");
+
+    // Admit the 1,200: capacity is then full, and the two stand at the front, inside.
+    app.update_event(&ev, json!({"admit_per_second": 100000})).await;
+    let stamp = eventually(Duration::from_secs(10), "both stamped inside", || async {
+        match (record(&polls).await, record(&silent).await) {
+            (Some(_), Some(s)) => Some(s),
+            _ => None,
+        }
+    })
+    .await;
+    assert!(stamp < 0.0, "stamped as not polled since: {stamp}");
+    // Past the silent one's abandon bound (1 s + 250 ms), with the other polling meanwhile.
+    let until = Instant::now() + Duration::from_millis(2500);
+    while Instant::now() < until {
+        app.poll_ok(&ev, &polls).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        record(&polls).await.is_some_and(|s| s > 0.0),
+        "the polling one's stamp became a record"
+    );
+    app.update_event(&ev, json!({"active_capacity": 1300})).await;
+    let admitted = eventually(Duration::from_secs(10), "the polling one admitted", || async {
+        let s = app.poll_ok(&ev, &polls).await;
+        (s["status"] == "admitted").then_some(s)
+    })
+    .await;
+    assert_eq!(admitted["status"], "admitted");
+    assert_eq!(
+        app.poll(&ev, &silent).await.status(),
+        StatusCode::NOT_FOUND,
+        "the silent one was removed as abandoned"
+    );
+    let active = app.active_tickets(&ev).await;
+    assert_eq!(active.len(), 1201, "the 1,200 and the polling one");
+    assert!(!active.contains(&silent));
 }
