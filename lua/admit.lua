@@ -10,7 +10,8 @@
 --          first ARGV[1] members, as round-robin admission asks)
 -- ARGV[3]  that member
 -- ARGV[4]  now, ms (the active set's score: admission time)
--- ARGV[5]  abandon bound for people who have polled, ms: last seen at or before it, they are
+-- ARGV[5]  abandon bound for people who have polled (or were stamped inside the horizon, see
+--          shard_heads.lua), ms: last seen at or before it, they are
 --          removed, not admitted (the longer bound while the overload guard holds)
 -- ARGV[6]  abandon bound for entries that never polled (negative last-seen, see enter.lua)
 -- ARGV[7]  fence: admit nobody once this node's clock (TIME, ms) reaches it ('' = no fence).
@@ -39,6 +40,17 @@ local bounded = ARGV[2] ~= ''
 local last_score = tonumber(ARGV[2])
 local cut_polled = tonumber(ARGV[5])
 local cut_entered = tonumber(ARGV[6])
+-- As in shard_heads.lua: who polled, or was stamped inside the horizon (negative with a half),
+-- gets the polled bound; an entry that never polled (negative, whole) the entered one.
+local function is_gone(s)
+  if s > 0 then
+    return s <= cut_polled
+  end
+  if (-s) % 1 ~= 0 then
+    return -s - 0.5 <= cut_polled
+  end
+  return -s <= cut_entered
+end
 local heads = redis.call('ZRANGE', KEYS[1], 0, n - 1, 'WITHSCORES')
 -- The qualifying prefix of the heads.
 local members = {}
@@ -79,7 +91,7 @@ for c = 1, #members, CHUNK do
   local add = {}
   for i = c, last do
     local s = seen[i - c + 1] and tonumber(seen[i - c + 1])
-    if s and ((s > 0 and s <= cut_polled) or (s <= 0 and -s <= cut_entered)) then
+    if s and is_gone(s) then
       abandoned = abandoned + 1
     else
       admitted[#admitted + 1] = members[i]

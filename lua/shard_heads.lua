@@ -24,20 +24,22 @@
 -- Overload guard: when fewer than half of those in the shard who have polled were seen after the
 -- abandon bound, the likelier cause is that their polls did not reach the service (overloaded,
 -- or cut off), not that most of them left: while it lasts, people who have polled are removed as
--- abandoned only past the longer bound ARGV[5]. Entries that never polled (negative last-seen,
--- see enter.lua) neither count towards the guard nor are covered by it: a crowd of entries that
--- never poll cannot switch abandonment off, and is removed at the normal bound.
+-- abandoned only past the longer bound ARGV[5], and so are people stamped inside the horizon
+-- (below). Entries recorded at their enter that never polled (-now, see enter.lua) neither count
+-- towards the guard nor are covered by it; no negative record counts towards it, so a crowd of
+-- entries that never poll cannot switch abandonment off.
 -- Lines under GUARD_MIN polled people per shard are too small to tell.
 --
 -- The horizon: only the first ARGV[6] of the line keep a last-seen record (enter.lua and polls
 -- write none further back), so the last-seen set does not grow with the line. As the line moves,
 -- people come inside; each tick stamps those who came in since the last (the ranks from the cursor
--- to the horizon, at most STAMP per tick) with `ZADD NX -now`: "inside since now, not polled
--- since", which their next poll turns into a positive record, and which is taken for gone at the
--- normal bound like an entry that never polled. While the guard holds they are stamped `now`
--- instead, so that people whose polls do not reach us are covered by the guard. Members with the
--- cursor's own score that were not stamped, or anyone the cursor skipped, keep no record and are
--- never taken for gone: the safe side.
+-- to the horizon, at most STAMP per tick) with `ZADD NX -(now + 0.5)`: "inside since now, not
+-- polled since", which their next poll turns into a positive record. The half tells a stamp from
+-- an entry that never polled (-now, whole): a stamped person may have polled further back, so
+-- while the guard holds they keep the guard's longer bound like people who polled; otherwise the
+-- normal bound. Stamps are negative, so a crowd that never polls cannot count towards the guard.
+-- Members with the cursor's own score that were not stamped, or anyone the cursor skipped, keep
+-- no record and are never taken for gone: the safe side.
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
 local k = tonumber(ARGV[2])
 local heads = {}
@@ -57,6 +59,18 @@ local cut_polled = cut_entered
 if suspended == 1 then
   cut_polled = tonumber(ARGV[5])
 end
+-- Whether a last-seen score lies at or before its bound: someone who polled (positive) or was
+-- stamped inside the horizon (negative, with a half) gets the guard's bound, an entry that never
+-- polled (a negative whole number) the normal one.
+local function is_gone(s)
+  if s > 0 then
+    return s <= cut_polled
+  end
+  if (-s) % 1 ~= 0 then
+    return -s - 0.5 <= cut_polled
+  end
+  return -s <= cut_entered
+end
 if k > 0 then
   heads = redis.call('ZRANGE', KEYS[1], 0, k - 1, 'WITHSCORES')
   for _ = 1, 4 do
@@ -69,7 +83,7 @@ if k > 0 then
       local seen = redis.call('ZMSCORE', KEYS[3], unpack(chunk))
       for i, member in ipairs(chunk) do
         local s = seen[i] and tonumber(seen[i])
-        if s and ((s > 0 and s <= cut_polled) or (s <= 0 and -s <= cut_entered)) then
+        if s and is_gone(s) then
           gone[#gone + 1] = member
         end
       end
@@ -111,10 +125,7 @@ elseif from < horizon then
   local fresh = redis.call('ZRANGE', KEYS[1], from, math.min(horizon, from + STAMP) - 1,
                            'WITHSCORES')
   if #fresh > 0 then
-    local stamp = -tonumber(ARGV[7])
-    if suspended == 1 then
-      stamp = tonumber(ARGV[7])
-    end
+    local stamp = -(tonumber(ARGV[7]) + 0.5)
     local add = {}
     for i = 1, #fresh, 2 do
       add[#add + 1] = stamp

@@ -366,6 +366,75 @@ async fn nobody_is_taken_for_gone_when_most_of_the_line_has_not_been_heard_from(
     assert!(app.metrics().await.contains(&removed), "missing {removed}");
 }
 
+/// While the overload guard holds, someone the tick stamped inside the horizon (a negative record
+/// with a half: they may have polled further back, where nothing is recorded) keeps the guard's
+/// longer bound like someone who polled; an entry that never polled (a negative whole number)
+/// does not, so a crowd that enters and never polls is still removed.
+#[tokio::test]
+async fn while_the_guard_holds_people_stamped_inside_keep_their_places_and_silent_entries_do_not() {
+    let app = spawn_app().await;
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"shards": 1, "admit_per_second": 0, "active_capacity": 100000,
+               "abandon_after_seconds": 60}),
+    )
+    .await;
+    let tag = app.shard_tags(&ev).await.remove(0);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as f64;
+    let stale = now_ms - 200_000.0;
+    // At the front, alternating: stamped 200 s ago, and entered 200 s ago without a poll.
+    for i in 0..20u32 {
+        let (name, seen) = if i % 2 == 0 {
+            (format!("stamped-{i:02}"), -(stale + 0.5))
+        } else {
+            (format!("never-{i:02}"), -stale)
+        };
+        place(&app, &tag, &name, f64::from(i), Some(seen)).await;
+    }
+    // Behind them 200 who polled, all last seen 200 s ago: the guard's case.
+    for i in 0..200u32 {
+        place(&app, &tag, &format!("quiet-{i:03}"), f64::from(100 + i), Some(stale)).await;
+    }
+    app.update_event(&ev, json!({"admit_per_second": 5000})).await;
+    let waiting_key = app.keys.shard(&tag).waiting;
+    let conn = app.redis.clone();
+    eventually(Duration::from_secs(10), "the line emptied", || async {
+        let left: u64 = redis::AsyncCommands::zcard(&mut conn.clone(), &waiting_key)
+            .await
+            .unwrap();
+        (left == 0).then_some(())
+    })
+    .await;
+    let active = app.active_tickets(&ev).await;
+    // The 200 who polled 200 s ago are admitted only while the guard holds (the normal bound is
+    // 75 s): their admission shows it held.
+    assert!(
+        (0..200).all(|i| active.contains(&format!("quiet-{i:03}"))),
+        "the guard held"
+    );
+    let stamped: Vec<_> = (0..20).step_by(2).map(|i| format!("stamped-{i:02}")).collect();
+    let never: Vec<_> = (1..20).step_by(2).map(|i| format!("never-{i:02}")).collect();
+    assert!(stamped.iter().all(|m| active.contains(m)), "every stamped one admitted");
+    assert!(never.iter().all(|m| !active.contains(m)), "no silent entry admitted");
+    assert_eq!(active.len(), 210, "the 200 who polled and the 10 stamped");
+    // The tick counts its removals after its moves: read the counter once it has.
+    let removed = format!(r#"waitroom_abandoned_total{{event="{ev}"}} "#);
+    let count = eventually(Duration::from_secs(5), "the removals counted", || async {
+        let metrics = app.metrics().await;
+        let line = metrics.lines().find(|l| l.starts_with(&removed))?.to_owned();
+        line[removed.len()..]
+            .parse::<f64>()
+            .ok()
+            .filter(|n| *n >= 10.0)
+    })
+    .await;
+    assert_eq!(count, 10.0, "the 10 silent entries removed as abandoned");
+}
+
 /// `lua/admit.lua` as the scheduler runs it, on the real cluster: a move carrying a fence that
 /// the shard's clock has passed (a tick that outlived its lease) admits nobody; a move run twice
 /// with one operation id (a client retry of a move that went through) admits once; a move that
@@ -606,7 +675,10 @@ async fn people_beyond_the_horizon_write_nothing_and_are_still_found_gone_at_the
         }
     })
     .await;
-    assert!(stamp < 0.0, "stamped as not polled since: {stamp}");
+    assert!(
+        stamp < 0.0 && stamp.fract() == -0.5,
+        "stamped as inside since then, not polled since: {stamp}"
+    );
     // Past the silent one's abandon bound (1 s + 250 ms), with the other polling meanwhile.
     let until = Instant::now() + Duration::from_millis(2500);
     while Instant::now() < until {
