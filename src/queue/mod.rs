@@ -912,8 +912,8 @@ const HORIZON_CAP: u64 = 1 << 40;
 /// the front, so an abandoned place is found before it is admitted, as when everyone had a record.
 pub fn horizon(cfg: &EventConfig) -> u64 {
     let bound_s = (cfg.abandon_after_seconds * 1000 + seen_refresh_ms(cfg)) as f64 / 1000.0;
-    let per_shard = cfg.admit_per_second.max(0.0) * bound_s * HORIZON_MARGIN
-        / f64::from(cfg.shards.max(1));
+    let per_shard =
+        cfg.admit_per_second.max(0.0) * bound_s * HORIZON_MARGIN / f64::from(cfg.shards.max(1));
     (per_shard.ceil().min(HORIZON_CAP as f64) as u64).max(HORIZON_FLOOR)
 }
 
@@ -985,8 +985,16 @@ mod tests {
         // 5,000/s over 8 shards, bound 60 s + 15 s: 5000 × 75 × 1.5 / 8.
         assert_eq!(horizon(&cfg(5000.0, 8)), 70_313);
         assert_eq!(horizon(&cfg(100.0, 8)), 1407, "100 × 75 × 1.5 / 8");
-        assert_eq!(horizon(&cfg(50.0, 8)), HORIZON_FLOOR, "a slow line keeps the floor");
-        assert_eq!(horizon(&cfg(0.0, 1)), HORIZON_FLOOR, "and so does a paused one");
+        assert_eq!(
+            horizon(&cfg(50.0, 8)),
+            HORIZON_FLOOR,
+            "a slow line keeps the floor"
+        );
+        assert_eq!(
+            horizon(&cfg(0.0, 1)),
+            HORIZON_FLOOR,
+            "and so does a paused one"
+        );
         // Beyond what a configuration may ask (1,000,000/s): still a number Lua prints whole.
         let mut unbounded = cfg(1.0, 1);
         unbounded.admit_per_second = 1e12;

@@ -397,9 +397,17 @@ async fn while_the_guard_holds_people_stamped_inside_keep_their_places_and_silen
     }
     // Behind them 200 who polled, all last seen 200 s ago: the guard's case.
     for i in 0..200u32 {
-        place(&app, &tag, &format!("quiet-{i:03}"), f64::from(100 + i), Some(stale)).await;
+        place(
+            &app,
+            &tag,
+            &format!("quiet-{i:03}"),
+            f64::from(100 + i),
+            Some(stale),
+        )
+        .await;
     }
-    app.update_event(&ev, json!({"admit_per_second": 5000})).await;
+    app.update_event(&ev, json!({"admit_per_second": 5000}))
+        .await;
     let waiting_key = app.keys.shard(&tag).waiting;
     let conn = app.redis.clone();
     eventually(Duration::from_secs(10), "the line emptied", || async {
@@ -416,16 +424,31 @@ async fn while_the_guard_holds_people_stamped_inside_keep_their_places_and_silen
         (0..200).all(|i| active.contains(&format!("quiet-{i:03}"))),
         "the guard held"
     );
-    let stamped: Vec<_> = (0..20).step_by(2).map(|i| format!("stamped-{i:02}")).collect();
-    let never: Vec<_> = (1..20).step_by(2).map(|i| format!("never-{i:02}")).collect();
-    assert!(stamped.iter().all(|m| active.contains(m)), "every stamped one admitted");
-    assert!(never.iter().all(|m| !active.contains(m)), "no silent entry admitted");
+    let stamped: Vec<_> = (0..20)
+        .step_by(2)
+        .map(|i| format!("stamped-{i:02}"))
+        .collect();
+    let never: Vec<_> = (1..20)
+        .step_by(2)
+        .map(|i| format!("never-{i:02}"))
+        .collect();
+    assert!(
+        stamped.iter().all(|m| active.contains(m)),
+        "every stamped one admitted"
+    );
+    assert!(
+        never.iter().all(|m| !active.contains(m)),
+        "no silent entry admitted"
+    );
     assert_eq!(active.len(), 210, "the 200 who polled and the 10 stamped");
     // The tick counts its removals after its moves: read the counter once it has.
     let removed = format!(r#"waitroom_abandoned_total{{event="{ev}"}} "#);
     let count = eventually(Duration::from_secs(5), "the removals counted", || async {
         let metrics = app.metrics().await;
-        let line = metrics.lines().find(|l| l.starts_with(&removed))?.to_owned();
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with(&removed))?
+            .to_owned();
         line[removed.len()..]
             .parse::<f64>()
             .ok()
@@ -661,13 +684,24 @@ async fn people_beyond_the_horizon_write_nothing_and_are_still_found_gone_at_the
     };
     let first = app.poll_ok(&ev, &polls).await;
     assert_eq!(first["position"], 1201, "behind the 1,200");
-    assert_eq!(record(&polls).await, None, "a poll beyond the horizon writes nothing");
-    assert_eq!(record(&silent).await, None, "an enter beyond the horizon writes nothing");
-    let seen_size: u64 = redis::AsyncCommands::zcard(&mut conn, &k.seen).await.unwrap();
+    assert_eq!(
+        record(&polls).await,
+        None,
+        "a poll beyond the horizon writes nothing"
+    );
+    assert_eq!(
+        record(&silent).await,
+        None,
+        "an enter beyond the horizon writes nothing"
+    );
+    let seen_size: u64 = redis::AsyncCommands::zcard(&mut conn, &k.seen)
+        .await
+        .unwrap();
     assert_eq!(seen_size, 0, "nobody else wrote one either");
 
     // Admit the 1,200: capacity is then full, and the two stand at the front, inside.
-    app.update_event(&ev, json!({"admit_per_second": 100000})).await;
+    app.update_event(&ev, json!({"admit_per_second": 100000}))
+        .await;
     let stamp = eventually(Duration::from_secs(10), "both stamped inside", || async {
         match (record(&polls).await, record(&silent).await) {
             (Some(_), Some(s)) => Some(s),
@@ -689,11 +723,16 @@ async fn people_beyond_the_horizon_write_nothing_and_are_still_found_gone_at_the
         record(&polls).await.is_some_and(|s| s > 0.0),
         "the polling one's stamp became a record"
     );
-    app.update_event(&ev, json!({"active_capacity": 1300})).await;
-    let admitted = eventually(Duration::from_secs(10), "the polling one admitted", || async {
-        let s = app.poll_ok(&ev, &polls).await;
-        (s["status"] == "admitted").then_some(s)
-    })
+    app.update_event(&ev, json!({"active_capacity": 1300}))
+        .await;
+    let admitted = eventually(
+        Duration::from_secs(10),
+        "the polling one admitted",
+        || async {
+            let s = app.poll_ok(&ev, &polls).await;
+            (s["status"] == "admitted").then_some(s)
+        },
+    )
     .await;
     assert_eq!(admitted["status"], "admitted");
     assert_eq!(
