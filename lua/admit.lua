@@ -40,17 +40,6 @@ local bounded = ARGV[2] ~= ''
 local last_score = tonumber(ARGV[2])
 local cut_polled = tonumber(ARGV[5])
 local cut_entered = tonumber(ARGV[6])
--- As in shard_heads.lua: who polled, or was stamped inside the horizon (negative with a half),
--- gets the polled bound; an entry that never polled (negative, whole) the entered one.
-local function is_gone(s)
-  if s > 0 then
-    return s <= cut_polled
-  end
-  if (-s) % 1 ~= 0 then
-    return -s - 0.5 <= cut_polled
-  end
-  return -s <= cut_entered
-end
 local heads = redis.call('ZRANGE', KEYS[1], 0, n - 1, 'WITHSCORES')
 -- The qualifying prefix of the heads.
 local members = {}
@@ -91,7 +80,8 @@ for c = 1, #members, CHUNK do
   local add = {}
   for i = c, last do
     local s = seen[i - c + 1] and tonumber(seen[i - c + 1])
-    if s and is_gone(s) then
+    -- is_gone(): lua/line_lib.lua, prepended when the script is loaded.
+    if s and is_gone(s, cut_polled, cut_entered) then
       abandoned = abandoned + 1
     else
       admitted[#admitted + 1] = members[i]

@@ -59,18 +59,6 @@ local cut_polled = cut_entered
 if suspended == 1 then
   cut_polled = tonumber(ARGV[5])
 end
--- Whether a last-seen score lies at or before its bound: someone who polled (positive) or was
--- stamped inside the horizon (negative, with a half) gets the guard's bound, an entry that never
--- polled (a negative whole number) the normal one.
-local function is_gone(s)
-  if s > 0 then
-    return s <= cut_polled
-  end
-  if (-s) % 1 ~= 0 then
-    return -s - 0.5 <= cut_polled
-  end
-  return -s <= cut_entered
-end
 if k > 0 then
   heads = redis.call('ZRANGE', KEYS[1], 0, k - 1, 'WITHSCORES')
   for _ = 1, 4 do
@@ -83,7 +71,8 @@ if k > 0 then
       local seen = redis.call('ZMSCORE', KEYS[3], unpack(chunk))
       for i, member in ipairs(chunk) do
         local s = seen[i] and tonumber(seen[i])
-        if s and is_gone(s) then
+        -- is_gone(): lua/line_lib.lua, prepended when the script is loaded.
+        if s and is_gone(s, cut_polled, cut_entered) then
           gone[#gone + 1] = member
         end
       end

@@ -50,8 +50,8 @@ impl Scripts {
         Scripts {
             enter: Script::new(include_str!("../../lua/enter.lua")),
             leave: Script::new(include_str!("../../lua/leave.lua")),
-            shard_heads: Script::new(include_str!("../../lua/shard_heads.lua")),
-            admit: Script::new(include_str!("../../lua/admit.lua")),
+            shard_heads: line_script(include_str!("../../lua/shard_heads.lua")),
+            admit: line_script(include_str!("../../lua/admit.lua")),
             lease: Script::new(include_str!("../../lua/lease.lua")),
             next_number: Script::new(include_str!("../../lua/next_number.lua")),
             show_setup: Script::new(include_str!("../../lua/show_setup.lua")),
@@ -112,6 +112,15 @@ fn show_script(body: &str) -> Script {
     Script::new(&format!(
         "{}\n{body}",
         include_str!("../../lua/show_lib.lua")
+    ))
+}
+
+/// A line script of the admission: `lua/line_lib.lua` (the shared abandon check `is_gone()`)
+/// followed by the script's own body.
+fn line_script(body: &str) -> Script {
+    Script::new(&format!(
+        "{}\n{body}",
+        include_str!("../../lua/line_lib.lua")
     ))
 }
 

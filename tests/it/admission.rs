@@ -206,6 +206,39 @@ async fn place(app: &TestApp, tag: &str, member: &str, score: f64, seen: Option<
     }
 }
 
+/// A one-shard event with admission held back and abandonment after 60 s: its id and shard tag.
+async fn one_shard_line(app: &TestApp, capacity: u64) -> (String, String) {
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"shards": 1, "admit_per_second": 0, "active_capacity": capacity,
+               "abandon_after_seconds": 60}),
+    )
+    .await;
+    let tag = app.shard_tags(&ev).await.remove(0);
+    (ev, tag)
+}
+
+/// Now, in ms since the epoch (the unit of the last-seen records).
+fn wall_ms() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as f64
+}
+
+/// Waits until the shard's line is empty: everyone admitted or removed.
+async fn line_emptied(app: &TestApp, tag: &str) {
+    let waiting_key = app.keys.shard(tag).waiting;
+    eventually(Duration::from_secs(10), "the line emptied", || async {
+        let left: u64 = redis::AsyncCommands::zcard(&mut app.redis.clone(), &waiting_key)
+            .await
+            .unwrap();
+        (left == 0).then_some(())
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn admission_keeps_global_order_when_the_front_of_the_line_is_all_in_one_shard() {
     // The scheduler reads only a few heads per shard (an even share of a tick's budget plus a
@@ -373,19 +406,8 @@ async fn nobody_is_taken_for_gone_when_most_of_the_line_has_not_been_heard_from(
 #[tokio::test]
 async fn while_the_guard_holds_people_stamped_inside_keep_their_places_and_silent_entries_do_not() {
     let app = spawn_app().await;
-    let ev = unique("e");
-    app.create_event(
-        &ev,
-        json!({"shards": 1, "admit_per_second": 0, "active_capacity": 100000,
-               "abandon_after_seconds": 60}),
-    )
-    .await;
-    let tag = app.shard_tags(&ev).await.remove(0);
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as f64;
-    let stale = now_ms - 200_000.0;
+    let (ev, tag) = one_shard_line(&app, 100_000).await;
+    let stale = wall_ms() - 200_000.0;
     // At the front, alternating: stamped 200 s ago, and entered 200 s ago without a poll.
     for i in 0..20u32 {
         let (name, seen) = if i % 2 == 0 {
@@ -408,15 +430,7 @@ async fn while_the_guard_holds_people_stamped_inside_keep_their_places_and_silen
     }
     app.update_event(&ev, json!({"admit_per_second": 5000}))
         .await;
-    let waiting_key = app.keys.shard(&tag).waiting;
-    let conn = app.redis.clone();
-    eventually(Duration::from_secs(10), "the line emptied", || async {
-        let left: u64 = redis::AsyncCommands::zcard(&mut conn.clone(), &waiting_key)
-            .await
-            .unwrap();
-        (left == 0).then_some(())
-    })
-    .await;
+    line_emptied(&app, &tag).await;
     let active = app.active_tickets(&ev).await;
     // The 200 who polled 200 s ago are admitted only while the guard holds (the normal bound is
     // 75 s): their admission shows it held.
@@ -607,32 +621,14 @@ async fn a_poll_records_itself_at_most_once_per_quarter_of_the_abandon_time() {
 #[tokio::test]
 async fn a_poll_that_skipped_its_record_never_makes_anyone_look_gone() {
     let app = spawn_app().await;
-    let ev = unique("e");
-    app.create_event(
-        &ev,
-        json!({"shards": 1, "admit_per_second": 0, "active_capacity": 1000,
-               "abandon_after_seconds": 60}),
-    )
-    .await;
-    let tag = app.shard_tags(&ev).await.remove(0);
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as f64;
+    let (ev, tag) = one_shard_line(&app, 1000).await;
+    let now_ms = wall_ms();
     place(&app, &tag, "recorded-80s-ago", 1.0, Some(now_ms - 80_000.0)).await;
     place(&app, &tag, "recorded-70s-ago", 2.0, Some(now_ms - 70_000.0)).await;
     place(&app, &tag, "recorded-now", 3.0, Some(now_ms)).await;
     app.update_event(&ev, json!({"admit_per_second": 1000}))
         .await;
-    let conn = app.redis.clone();
-    let waiting_key = app.keys.shard(&tag).waiting;
-    eventually(Duration::from_secs(10), "the line emptied", || async {
-        let left: u64 = redis::AsyncCommands::zcard(&mut conn.clone(), &waiting_key)
-            .await
-            .unwrap();
-        (left == 0).then_some(())
-    })
-    .await;
+    line_emptied(&app, &tag).await;
     let active = app.active_tickets(&ev).await;
     assert_eq!(
         active,
