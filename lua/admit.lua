@@ -5,13 +5,14 @@
 -- KEYS[3]  admitted-total counter of the shard
 -- KEYS[4]  last-seen zset of the shard
 -- KEYS[5]  the shard's last operation id (string)
+-- KEYS[6]  the shard's crossings of its horizon (zset, see lua/line_lib.lua)
 -- ARGV[1]  at most this many
 -- ARGV[2]  score of the last member the scheduler chose in this shard ('' = no bound: the
 --          first ARGV[1] members, as round-robin admission asks)
 -- ARGV[3]  that member
 -- ARGV[4]  now, ms (the active set's score: admission time)
--- ARGV[5]  abandon bound for people who have polled (or were stamped inside the horizon, see
---          shard_heads.lua), ms: last seen at or before it, they are
+-- ARGV[5]  abandon bound for people who have polled (or came inside the horizon without a record
+--          since, see lua/line_lib.lua), ms: last seen at or before it, they are
 --          removed, not admitted (the longer bound while the overload guard holds)
 -- ARGV[6]  abandon bound for entries that never polled (negative last-seen, see enter.lua)
 -- ARGV[7]  fence: admit nobody once this node's clock (TIME, ms) reaches it ('' = no fence).
@@ -42,18 +43,19 @@ local cut_polled = tonumber(ARGV[5])
 local cut_entered = tonumber(ARGV[6])
 local heads = redis.call('ZRANGE', KEYS[1], 0, n - 1, 'WITHSCORES')
 -- The qualifying prefix of the heads.
-local members = {}
+local members, scores = {}, {}
 for i = 1, #heads, 2 do
   local member, score = heads[i], tonumber(heads[i + 1])
   if not bounded or score < last_score or (score == last_score and member <= ARGV[3]) then
     members[#members + 1] = member
+    scores[#scores + 1] = heads[i + 1]
   else
     break
   end
 end
 -- Every precondition before the first write (Redis keeps a failed script's earlier writes): the
 -- other keys hold their types, so no one leaves the line without reaching the active set.
-local want = {[2] = 'zset', [3] = 'string', [4] = 'zset', [5] = 'string'}
+local want = {[2] = 'zset', [3] = 'string', [4] = 'zset', [5] = 'string', [6] = 'zset'}
 for i, ty in pairs(want) do
   local found = redis.call('TYPE', KEYS[i])['ok']
   if found ~= 'none' and found ~= ty then
@@ -75,13 +77,14 @@ local admitted = {}
 local abandoned = 0
 for c = 1, #members, CHUNK do
   local last = math.min(c + CHUNK - 1, #members)
-  local seen = redis.call('ZMSCORE', KEYS[4], unpack(members, c, last))
-  redis.call('ZREM', KEYS[4], unpack(members, c, last))
+  local chunk = {unpack(members, c, last)}
+  -- abandoned_flags(): lua/line_lib.lua, prepended when the script is loaded.
+  local flags = abandoned_flags(KEYS[4], KEYS[6], chunk, {unpack(scores, c, last)}, cut_polled,
+                                cut_entered)
+  redis.call('ZREM', KEYS[4], unpack(chunk))
   local add = {}
   for i = c, last do
-    local s = seen[i - c + 1] and tonumber(seen[i - c + 1])
-    -- is_gone(): lua/line_lib.lua, prepended when the script is loaded.
-    if s and is_gone(s, cut_polled, cut_entered) then
+    if flags[i - c + 1] then
       abandoned = abandoned + 1
     else
       admitted[#admitted + 1] = members[i]

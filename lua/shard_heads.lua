@@ -5,7 +5,7 @@
 -- KEYS[1]  waiting zset of the shard
 -- KEYS[2]  active zset of the shard
 -- KEYS[3]  last-seen zset of the shard
--- KEYS[4]  the shard's horizon cursor (string): the score of the last person stamped
+-- KEYS[4]  the shard's crossings (zset, see lua/line_lib.lua)
 -- ARGV[1]  expiry bound, ms: sessions admitted at or before it have run out (now - ttl)
 -- ARGV[2]  k, how many heads to return (0 = none)
 -- ARGV[3]  abandon bound, ms: people last seen at or before it have left without saying so
@@ -13,7 +13,7 @@
 -- ARGV[5]  the abandon bound for people who have polled while the overload guard holds (older
 --          than ARGV[3]: the guard gives the benefit of the doubt for a while, not forever)
 -- ARGV[6]  the shard's horizon: how many from the front keep a last-seen record
--- ARGV[7]  now, ms
+-- ARGV[7]  now, ms (the time of this tick's crossing)
 -- Returns  {active_count, waiting_count, {member1, score1, ...}, abandoned_removed,
 --           waiting_before_counter_range, first_score_in_counter_range or '',
 --           1 when the overload guard suspended abandonment, else 0}
@@ -24,22 +24,19 @@
 -- Overload guard: when fewer than half of those in the shard who have polled were seen after the
 -- abandon bound, the likelier cause is that their polls did not reach the service (overloaded,
 -- or cut off), not that most of them left: while it lasts, people who have polled are removed as
--- abandoned only past the longer bound ARGV[5], and so are people stamped inside the horizon
--- (below). Entries recorded at their enter that never polled (-now, see enter.lua) neither count
--- towards the guard nor are covered by it; no negative record counts towards it, so a crowd of
--- entries that never poll cannot switch abandonment off.
+-- abandoned only past the longer bound ARGV[5], and so are people who came inside the horizon
+-- without a record since (below). Entries recorded at their enter that never polled (-now, see
+-- enter.lua) neither count towards the guard nor are covered by it; only positive records count
+-- towards it, so a crowd of entries that never poll cannot switch abandonment off.
 -- Lines under GUARD_MIN polled people per shard are too small to tell.
 --
 -- The horizon: only the first ARGV[6] of the line keep a last-seen record (enter.lua and polls
 -- write none further back), so the last-seen set does not grow with the line. As the line moves,
--- people come inside; each tick stamps those who came in since the last (the ranks from the cursor
--- to the horizon, at most STAMP per tick) with `ZADD NX -(now + 0.5)`: "inside since now, not
--- polled since", which their next poll turns into a positive record. The half tells a stamp from
--- an entry that never polled (-now, whole): a stamped person may have polled further back, so
--- while the guard holds they keep the guard's longer bound like people who polled; otherwise the
--- normal bound. Stamps are negative, so a crowd that never polls cannot count towards the guard.
--- Members with the cursor's own score that were not stamped, or anyone the cursor skipped, keep
--- no record and are never taken for gone: the safe side.
+-- people come inside: each tick that moves the horizon adds one crossing (lua/line_lib.lua), the
+-- score of the last person now inside with the tick's time, so coming inside costs one entry per
+-- tick, not one per person. Someone inside without a record counts as seen when they came inside:
+-- their first poll there writes a record (lua/seen.lua), and if none comes they are taken for gone
+-- at the polled bound. Crossings before the front of the line are dropped.
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
 local k = tonumber(ARGV[2])
 local heads = {}
@@ -64,15 +61,15 @@ if k > 0 then
   for _ = 1, 4 do
     local gone = {}
     for c = 1, #heads, 2 * CHUNK do
-      local chunk = {}
+      local chunk, scores = {}, {}
       for i = c, math.min(c + 2 * CHUNK - 1, #heads), 2 do
         chunk[#chunk + 1] = heads[i]
+        scores[#scores + 1] = heads[i + 1]
       end
-      local seen = redis.call('ZMSCORE', KEYS[3], unpack(chunk))
+      -- abandoned_flags(): lua/line_lib.lua, prepended when the script is loaded.
+      local flags = abandoned_flags(KEYS[3], KEYS[4], chunk, scores, cut_polled, cut_entered)
       for i, member in ipairs(chunk) do
-        local s = seen[i] and tonumber(seen[i])
-        -- is_gone(): lua/line_lib.lua, prepended when the script is loaded.
-        if s and is_gone(s, cut_polled, cut_entered) then
+        if flags[i] then
           gone[#gone + 1] = member
         end
       end
@@ -97,32 +94,28 @@ if ARGV[4] ~= '' then
     first = f[2]
   end
 end
+-- The horizon moves: one crossing at the score of the last person now inside (the
+-- horizon's edge, or the line's last when it is shorter), when that is beyond the newest one.
 local horizon = tonumber(ARGV[6])
-local STAMP = 1000
-local cursor = redis.call('GET', KEYS[4])
-local from = 0
-if cursor then
-  from = redis.call('ZCOUNT', KEYS[1], '-inf', cursor)
+local newest = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+local inside = 0
+if #newest > 0 then
+  inside = redis.call('ZCOUNT', KEYS[1], '-inf', newest[2])
 end
-if from > horizon then
-  -- The horizon shrank (a lower rate) or people arrived ahead of the cursor: restart at its edge.
+if inside < horizon then
   local edge = redis.call('ZRANGE', KEYS[1], horizon - 1, horizon - 1, 'WITHSCORES')
-  if #edge > 0 then
-    redis.call('SET', KEYS[4], edge[2])
+  if #edge == 0 then
+    edge = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
   end
-elseif from < horizon then
-  local fresh = redis.call('ZRANGE', KEYS[1], from, math.min(horizon, from + STAMP) - 1,
-                           'WITHSCORES')
-  if #fresh > 0 then
-    local stamp = -(tonumber(ARGV[7]) + 0.5)
-    local add = {}
-    for i = 1, #fresh, 2 do
-      add[#add + 1] = stamp
-      add[#add + 1] = fresh[i]
-    end
-    redis.call('ZADD', KEYS[3], 'NX', unpack(add))
-    redis.call('SET', KEYS[4], fresh[#fresh])
+  if #edge > 0 and (#newest == 0 or tonumber(edge[2]) > tonumber(newest[2])) then
+    redis.call('ZADD', KEYS[4], edge[2], ARGV[7] .. ':' .. edge[2])
   end
+end
+local front = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #front > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. front[2])
+else
+  redis.call('DEL', KEYS[4])
 end
 -- Every place removed above was read from the line in this script: the line is now
 -- `waiting - abandoned` long.

@@ -602,6 +602,7 @@ impl EventAdmission {
                     .key(&k.admitted)
                     .key(&k.seen)
                     .key(&k.op)
+                    .key(&k.horizon)
                     .arg(p.count)
                     .arg(score)
                     .arg(member)

@@ -372,8 +372,10 @@ impl Queue {
     /// recorded poll is older than [`seen_refresh_ms`] (or who never polled) is recorded seen
     /// now with `ZADD XX`, which cannot bring back a ticket that has left meanwhile (its
     /// record leaves with it); the admission's abandon bounds allow for the skipped records
-    /// (`abandon_bound` in admission.rs). Most polls therefore write nothing, replicate nothing
-    /// and run no Lua. A lapsed session reads as unknown; the next admission tick removes it.
+    /// (`abandon_bound` in admission.rs). A ticket without a record inside its shard's
+    /// [`horizon`] gets its first one from `lua/seen.lua`, which writes only while it still
+    /// waits; further back nothing is written. Most polls therefore write nothing, replicate
+    /// nothing and run no Lua. A lapsed session reads as unknown; the next admission tick removes it.
     /// The record is not counted in `waitroom_redis_commands_per_poll`, which counts the reads
     /// that find a position.
     async fn read_shard(
@@ -394,14 +396,30 @@ impl Queue {
                 .await?;
         if let (Some(score), Some(rank)) = (score, rank) {
             let stale = now.saturating_sub(seen_refresh_ms(cfg)) as f64;
-            if seen.is_some_and(|at| at <= 0.0 || at <= stale) {
-                let _: i64 = redis::cmd("ZADD")
-                    .arg(&k.seen)
-                    .arg("XX")
-                    .arg(now)
-                    .arg(member)
-                    .query_async(&mut conn)
-                    .await?;
+            match seen {
+                Some(at) if at <= 0.0 || at <= stale => {
+                    let _: i64 = redis::cmd("ZADD")
+                        .arg(&k.seen)
+                        .arg("XX")
+                        .arg(now)
+                        .arg(member)
+                        .query_async(&mut conn)
+                        .await?;
+                }
+                // Inside the horizon without a record: the first one, only while still waiting.
+                None if rank < horizon(cfg) => {
+                    let _: i64 = self
+                        .store
+                        .scripts()
+                        .seen
+                        .key(&k.waiting)
+                        .key(&k.seen)
+                        .arg(member)
+                        .arg(now)
+                        .invoke_async(&mut conn)
+                        .await?;
+                }
+                _ => {}
             }
             return Ok(ShardStanding::Waiting {
                 score,
@@ -809,7 +827,7 @@ impl Queue {
                 (k.admitted, "string"),
                 (k.seen, "zset"),
                 (k.op, "string"),
-                (k.horizon, "string"),
+                (k.horizon, "zset"),
             ]);
         }
         // The event's own counter and figures too. Its configuration is read as JSON and a bad
@@ -908,8 +926,9 @@ const HORIZON_CAP: u64 = 1 << 40;
 /// (docs/architecture.md, "Abandoned places"). It holds the people the event admits per shard,
 /// at its configured rate, during an abandon bound (`abandon_after_seconds` plus
 /// [`seen_refresh_ms`]), times [`HORIZON_MARGIN`], and at least [`HORIZON_FLOOR`]: someone who
-/// comes inside is stamped there by the admission tick and has that long to poll before reaching
-/// the front, so an abandoned place is found before it is admitted, as when everyone had a record.
+/// comes inside (the admission tick records when, one entry per tick: `lua/line_lib.lua`) has
+/// that long to poll before reaching the front, so an abandoned place is found before it is
+/// admitted, as when everyone had a record.
 pub fn horizon(cfg: &EventConfig) -> u64 {
     let bound_s = (cfg.abandon_after_seconds * 1000 + seen_refresh_ms(cfg)) as f64 / 1000.0;
     let per_shard =

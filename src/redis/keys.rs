@@ -113,8 +113,8 @@ pub struct ShardKeys {
     pub seen: String,
     /// The last admission operation's id (string): `admit.lua` runs once per id.
     pub op: String,
-    /// The horizon cursor (string): the score of the last person `shard_heads.lua` stamped as
-    /// inside the horizon, the front part of the line that keeps last-seen records.
+    /// The crossings of the horizon (zset): one entry per admission tick that moved it, scored by
+    /// the line score of the last person then inside (`lua/line_lib.lua`).
     pub horizon: String,
 }
 

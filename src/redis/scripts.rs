@@ -16,6 +16,8 @@ pub struct Scripts {
     pub leave: Script,
     /// See `lua/shard_heads.lua`.
     pub shard_heads: Script,
+    /// See `lua/seen.lua`.
+    pub seen: Script,
     /// See `lua/admit.lua`.
     pub admit: Script,
     /// See `lua/lease.lua`.
@@ -51,6 +53,7 @@ impl Scripts {
             enter: Script::new(include_str!("../../lua/enter.lua")),
             leave: Script::new(include_str!("../../lua/leave.lua")),
             shard_heads: line_script(include_str!("../../lua/shard_heads.lua")),
+            seen: Script::new(include_str!("../../lua/seen.lua")),
             admit: line_script(include_str!("../../lua/admit.lua")),
             lease: Script::new(include_str!("../../lua/lease.lua")),
             next_number: Script::new(include_str!("../../lua/next_number.lua")),
@@ -115,8 +118,8 @@ fn show_script(body: &str) -> Script {
     ))
 }
 
-/// A line script of the admission: `lua/line_lib.lua` (the shared abandon check `is_gone()`)
-/// followed by the script's own body.
+/// A line script of the admission: `lua/line_lib.lua` (the shared abandon check
+/// `abandoned_flags()`) followed by the script's own body.
 fn line_script(body: &str) -> Script {
     Script::new(&format!(
         "{}\n{body}",

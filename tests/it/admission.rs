@@ -399,23 +399,40 @@ async fn nobody_is_taken_for_gone_when_most_of_the_line_has_not_been_heard_from(
     assert!(app.metrics().await.contains(&removed), "missing {removed}");
 }
 
-/// While the overload guard holds, someone the tick stamped inside the horizon (a negative record
-/// with a half: they may have polled further back, where nothing is recorded) keeps the guard's
-/// longer bound like someone who polled; an entry that never polled (a negative whole number)
+/// While the overload guard holds, someone who came inside the horizon without a record since
+/// (they may have polled further back, where nothing is recorded) keeps the guard's longer bound
+/// like someone who polled; an entry recorded at its enter that never polled (a negative record)
 /// does not, so a crowd that enters and never polls is still removed.
 #[tokio::test]
-async fn while_the_guard_holds_people_stamped_inside_keep_their_places_and_silent_entries_do_not() {
+async fn while_the_guard_holds_people_who_came_inside_keep_their_places_and_silent_entries_do_not()
+{
     let app = spawn_app().await;
     let (ev, tag) = one_shard_line(&app, 100_000).await;
     let stale = wall_ms() - 200_000.0;
-    // At the front, alternating: stamped 200 s ago, and entered 200 s ago without a poll.
+    // At the front, alternating: 10 who came inside 200 s ago and have no record since (one
+    // crossing 200 s ago covers the first 20 scores; it goes first, so no tick's crossing can
+    // cover them later), and 10 recorded at their enter 200 s ago who never polled.
+    let () = redis::AsyncCommands::zadd(
+        &mut app.redis.clone(),
+        app.keys.shard(&tag).horizon,
+        format!("{}:19", stale as u64),
+        19.0,
+    )
+    .await
+    .unwrap();
     for i in 0..20u32 {
-        let (name, seen) = if i % 2 == 0 {
-            (format!("stamped-{i:02}"), -(stale + 0.5))
+        if i % 2 == 0 {
+            place(&app, &tag, &format!("stamped-{i:02}"), f64::from(i), None).await;
         } else {
-            (format!("never-{i:02}"), -stale)
-        };
-        place(&app, &tag, &name, f64::from(i), Some(seen)).await;
+            place(
+                &app,
+                &tag,
+                &format!("never-{i:02}"),
+                f64::from(i),
+                Some(-stale),
+            )
+            .await;
+        }
     }
     // Behind them 200 who polled, all last seen 200 s ago: the guard's case.
     for i in 0..200u32 {
@@ -507,6 +524,7 @@ async fn a_move_past_its_lease_or_run_twice_admits_nobody_more() {
                 .key(&k.admitted)
                 .key(&k.seen)
                 .key(&k.op)
+                .key(&k.horizon)
                 .arg(count)
                 .arg("")
                 .arg("")
@@ -643,9 +661,9 @@ async fn a_poll_that_skipped_its_record_never_makes_anyone_look_gone() {
 /// Only the first `horizon` people of a shard keep a last-seen record (1,000 here: the floor, at
 /// a rate of 0). Two people enter behind 1,200 others: neither entering nor polling writes a
 /// record for them. When the line has brought them inside (the 1,200 admitted, capacity full),
-/// the tick stamps them "inside, not polled since"; the one who keeps polling turns the stamp
-/// into a record, the one who stopped is found gone at the front and removed, not admitted, as
-/// when everyone had a record. Without the stamp, the silent one would have no record and be
+/// the tick records when they came inside (one crossing); the one who keeps polling gets a
+/// record, the one who stopped is found gone at the front and removed, not admitted, as when
+/// everyone had a record. Without the crossing, the silent one would have no record and be
 /// admitted.
 #[tokio::test]
 async fn people_beyond_the_horizon_write_nothing_and_are_still_found_gone_at_the_front() {
@@ -698,17 +716,22 @@ async fn people_beyond_the_horizon_write_nothing_and_are_still_found_gone_at_the
     // Admit the 1,200: capacity is then full, and the two stand at the front, inside.
     app.update_event(&ev, json!({"admit_per_second": 100000}))
         .await;
-    let stamp = eventually(Duration::from_secs(10), "both stamped inside", || async {
-        match (record(&polls).await, record(&silent).await) {
-            (Some(_), Some(s)) => Some(s),
-            _ => None,
-        }
+    // The tick records that the line brought them inside: one crossing, not a record each.
+    let silent_score: f64 = redis::AsyncCommands::zscore(&mut conn, &k.waiting, &silent)
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(10), "both inside", || async {
+        let newest: Vec<(String, f64)> =
+            redis::AsyncCommands::zrange_withscores(&mut app.redis.clone(), &k.horizon, -1, -1)
+                .await
+                .unwrap();
+        newest
+            .first()
+            .is_some_and(|(_, score)| *score >= silent_score)
+            .then_some(())
     })
     .await;
-    assert!(
-        stamp < 0.0 && stamp.fract() == -0.5,
-        "stamped as inside since then, not polled since: {stamp}"
-    );
+    assert_eq!(record(&silent).await, None, "no record per person");
     // Past the silent one's abandon bound (1 s + 250 ms), with the other polling meanwhile.
     let until = Instant::now() + Duration::from_millis(2500);
     while Instant::now() < until {
@@ -717,7 +740,7 @@ async fn people_beyond_the_horizon_write_nothing_and_are_still_found_gone_at_the
     }
     assert!(
         record(&polls).await.is_some_and(|s| s > 0.0),
-        "the polling one's stamp became a record"
+        "the polling one's first poll inside wrote a record"
     );
     app.update_event(&ev, json!({"active_capacity": 1300}))
         .await;
