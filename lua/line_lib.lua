@@ -21,17 +21,19 @@ local function inside_since(crossings, scores)
   for i = 1, #after do
     c[#c + 1] = after[i]
   end
+  -- Each crossing parsed once (a few per tick's worth of people), not once per person.
+  local at, time = {}, {}
+  for j = 1, #c, 2 do
+    at[#at + 1] = tonumber(c[j + 1])
+    time[#time + 1] = tonumber(string.match(c[j], '^(%d+)'))
+  end
   local j = 1
   for i = 1, #scores do
     local score = tonumber(scores[i])
-    while j < #c and tonumber(c[j + 1]) < score do
-      j = j + 2
+    while at[j] and at[j] < score do
+      j = j + 1
     end
-    if j < #c then
-      out[i] = tonumber(string.match(c[j], '^(%d+)'))
-    else
-      out[i] = false
-    end
+    out[i] = time[j] or false
   end
   return out
 end
