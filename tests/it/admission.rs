@@ -318,10 +318,7 @@ async fn nobody_is_taken_for_gone_when_most_of_the_line_has_not_been_heard_from(
     // which never polled are not covered).
     let app = spawn_app().await;
     let quiet = unique("e");
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as f64;
+    let now_ms = wall_ms();
     // Puts people straight into an event's shards: (shard, member, order key, last seen).
     let fill = |event: String, people: Vec<(usize, String, f64, f64)>| {
         let app = &app;
@@ -509,10 +506,7 @@ async fn a_move_past_its_lease_or_run_twice_admits_nobody_more() {
     }
     let scripts = waitroom::redis::scripts::Scripts::new();
     let k = app.keys.shard(&tag);
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
+    let now_ms = wall_ms() as u64;
     let conn = app.redis.clone();
     let admit = |count: u32, fence: String, op: &'static str, active: String| {
         let (scripts, k, mut conn) = (&scripts, &k, conn.clone());
