@@ -824,6 +824,7 @@ impl EventAdmission {
         }
         let q = self.queue.clone();
         let store = q.store();
+        let keys = store.keys().shards(&cfg.shard_tags);
         let mut batch = Vec::with_capacity(ERROR_SAMPLES);
         for _ in 0..ERROR_SAMPLES {
             // A shard chosen in proportion to its size, then a member uniformly: a uniform person.
@@ -840,7 +841,7 @@ impl EventAdmission {
                     }
                 })
                 .unwrap_or(0);
-            let k = store.keys().shard(&cfg.shard_tags[shard]);
+            let k = &keys[shard];
             let mut conn = store.conn();
             let sampled: Vec<(String, f64)> = redis::cmd("ZRANDMEMBER")
                 .arg(&k.waiting)
@@ -859,7 +860,7 @@ impl EventAdmission {
             let Some(rank) = rank else { continue };
             // The reference is read from the primaries: the exact position as of now.
             let ahead = q
-                .ahead_in_other_shards(&store.conn(), cfg, shard, score)
+                .ahead_in_other_shards(&store.conn(), &keys, shard, score)
                 .await?;
             let exact = timestamp::position(rank, &ahead);
             if cfg.strategy == StrategyKind::GlobalCounter {

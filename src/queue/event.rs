@@ -15,8 +15,9 @@ use waitroom_strategies::StrategyKind;
 
 use super::QueueError;
 use crate::ids::EventId;
-use crate::redis::keys::{stats, Keys};
+use crate::redis::keys::{stats, Keys, ShardKeys};
 use crate::redis::RedisConn;
+use crate::telemetry;
 
 /// After a failed refresh, how long requests queued behind it answer 503 without trying again.
 const FAILED_REFRESH_BACKOFF: Duration = Duration::from_millis(500);
@@ -287,6 +288,67 @@ pub struct Event {
     pub hybrid_mode: Option<StrategyKind>,
     /// Every show of the event has nothing left: the line has stopped.
     pub sold_out: bool,
+    /// The keys of each shard (`config.shard_tags` order), formatted once when the event is
+    /// read rather than by every request: a `timestamp` poll needs all of them.
+    pub shard_keys: Vec<ShardKeys>,
+    /// The request path's metric handles for this event.
+    pub metrics: EventMetrics,
+}
+
+/// The metric handles a request of an event records to, registered when the event is read (every
+/// [`CACHE_TTL`] at most): a request then adds to a handle instead of allocating its labels and
+/// looking them up in the registry (docs/benchmarks.md, "Instructions per request").
+#[derive(Clone)]
+pub struct EventMetrics {
+    /// `waitroom_queue_entered_total{event}`.
+    pub entered: metrics::Counter,
+    /// `waitroom_queue_polls_total{event}`.
+    pub polls: metrics::Counter,
+    /// `waitroom_redis_commands_per_poll{strategy}`, by the strategy that computed a position.
+    commands_per_poll: [metrics::Histogram; 4],
+}
+
+impl EventMetrics {
+    fn new(event: &EventId) -> Self {
+        let label = event.to_string();
+        let per_poll = |s: StrategyKind| {
+            metrics::histogram!(telemetry::COMMANDS_PER_POLL, "strategy" => s.as_str())
+        };
+        EventMetrics {
+            entered: metrics::counter!(telemetry::QUEUE_ENTERED, "event" => label.clone()),
+            polls: metrics::counter!(telemetry::QUEUE_POLLS, "event" => label),
+            commands_per_poll: [
+                per_poll(StrategyKind::GlobalCounter),
+                per_poll(StrategyKind::Timestamp),
+                per_poll(StrategyKind::Statistical),
+                per_poll(StrategyKind::Hybrid),
+            ],
+        }
+    }
+
+    /// The commands-per-poll histogram of `strategy`.
+    pub fn commands_per_poll(&self, strategy: StrategyKind) -> &metrics::Histogram {
+        let i = match strategy {
+            StrategyKind::GlobalCounter => 0,
+            StrategyKind::Timestamp => 1,
+            StrategyKind::Statistical => 2,
+            StrategyKind::Hybrid => 3,
+        };
+        &self.commands_per_poll[i]
+    }
+}
+
+impl std::fmt::Debug for EventMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventMetrics").finish_non_exhaustive()
+    }
+}
+
+/// Handles, not state: two events' handles never make them differ.
+impl PartialEq for EventMetrics {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]
@@ -419,12 +481,14 @@ impl EventStore {
         };
         Ok(Some(Arc::new(Event {
             id: event.clone(),
-            config,
             measured_rate: rate,
             waiting_total: waiting,
             shard_waiting: parse_counts(shards.as_deref()),
             hybrid_mode: mode.and_then(|m| m.parse().ok()),
             sold_out: sold_out.as_deref() == Some("1"),
+            shard_keys: self.keys.shards(&config.shard_tags),
+            metrics: EventMetrics::new(event),
+            config,
         })))
     }
 

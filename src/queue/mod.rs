@@ -197,7 +197,7 @@ impl Queue {
             EventState::Paused => return Err(QueueError::EventClosed("paused")),
             EventState::Closed => return Err(QueueError::EventClosed("closed")),
         }
-        metrics::counter!(telemetry::QUEUE_ENTERED, "event" => event.to_string()).increment(1);
+        ev.metrics.entered.increment(1);
         let ticket = self.signer.ticket(event, user);
         if ev.sold_out {
             // The line has stopped: say so at once instead of queueing people for nothing. Someone
@@ -247,7 +247,7 @@ impl Queue {
     ) -> Result<QueueStatus, QueueError> {
         let mut conn = self.store.conn();
         let ev = self.events.get(&mut conn, event).await?;
-        metrics::counter!(telemetry::QUEUE_POLLS, "event" => event.to_string()).increment(1);
+        ev.metrics.polls.increment(1);
         let standing = self
             .repairing(event, &ev.config, || self.locate(&ev, ticket, None))
             .await?;
@@ -267,7 +267,8 @@ impl Queue {
             strategy, reads, ..
         } = standing
         {
-            metrics::histogram!(telemetry::COMMANDS_PER_POLL, "strategy" => strategy.as_str())
+            ev.metrics
+                .commands_per_poll(strategy)
                 .record(f64::from(1 + reads));
             if ev.sold_out {
                 return Ok(self.view(event, &ev, *ticket, Standing::SoldOut));
@@ -335,7 +336,7 @@ impl Queue {
         // Formatted once: the shard, the script or the read all take the member.
         let member = ticket.to_member();
         let shard = Self::shard_of_member(cfg, &member);
-        let k = self.shard_keys(cfg, shard);
+        let k = &ev.shard_keys[shard];
         let reply = match arrival {
             Some(score) => {
                 self.store
@@ -352,7 +353,7 @@ impl Queue {
                     .invoke_async::<ShardStanding>(&mut self.store.conn())
                     .await?
             }
-            None => self.read_shard(cfg, &k, &member).await?,
+            None => self.read_shard(cfg, k, &member).await?,
         };
         match reply {
             ShardStanding::Admitted { admitted_at_ms } => Ok(Standing::Admitted { admitted_at_ms }),
@@ -453,7 +454,7 @@ impl Queue {
         let replicas = self.store.reads();
         let exact = |reads: &mut u32| {
             *reads += cfg.shards - 1;
-            self.ahead_in_other_shards(&replicas, cfg, shard, score)
+            self.ahead_in_other_shards(&replicas, &ev.shard_keys, shard, score)
         };
         let (strategy, position) = match (ev.effective_strategy(), ev.waiting_total) {
             // One script on the own shard; the line's total from the leader's figures, corrected
@@ -535,18 +536,20 @@ impl Queue {
         })
     }
 
-    /// For each other shard, how many wait ahead of a person at `score` in `shard`.
+    /// For each other shard (`keys`: every shard's, in order), how many wait ahead of a person
+    /// at `score` in `shard`.
     pub(crate) async fn ahead_in_other_shards(
         &self,
         via: &RedisConn,
-        cfg: &EventConfig,
+        keys: &[ShardKeys],
         shard: usize,
         score: f64,
     ) -> Result<Vec<u64>, QueueError> {
-        let counts: Vec<(u16, redis::Cmd)> = (0..cfg.shards as usize)
-            .filter(|j| *j != shard)
-            .map(|j| {
-                let key = self.shard_keys(cfg, j).waiting;
+        let counts: Vec<(u16, redis::Cmd)> = keys
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != shard)
+            .map(|(j, k)| {
                 let (inclusive, bound) = timestamp::count_bound(shard, j, score);
                 let max = if inclusive {
                     format!("{bound}")
@@ -554,8 +557,8 @@ impl Queue {
                     format!("({bound}")
                 };
                 let mut cmd = redis::cmd("ZCOUNT");
-                cmd.arg(&key).arg("-inf").arg(max);
-                (crate::redis::keys::slot(&key), cmd)
+                cmd.arg(&k.waiting).arg("-inf").arg(max);
+                (k.slot, cmd)
             })
             .collect();
         // One pipeline per node instead of a round trip per shard (see redis::batch).
@@ -572,7 +575,7 @@ impl Queue {
     pub async fn is_active(&self, event: &EventId, ticket: &Ticket) -> Result<bool, QueueError> {
         let ev = self.events.get(&mut self.store.conn(), event).await?;
         let cfg = &ev.config;
-        let k = self.shard_keys(cfg, Self::shard_of(cfg, ticket));
+        let k = &ev.shard_keys[Self::shard_of(cfg, ticket)];
         let admitted: Option<f64> = self
             .repairing(event, cfg, || async {
                 Ok(self
@@ -598,7 +601,7 @@ impl Queue {
     pub async fn leave(&self, event: &EventId, ticket: &Ticket) -> Result<(), QueueError> {
         let mut conn = self.store.conn();
         let ev = self.events.get(&mut conn, event).await?;
-        let k = self.shard_keys(&ev.config, Self::shard_of(&ev.config, ticket));
+        let k = &ev.shard_keys[Self::shard_of(&ev.config, ticket)];
         let removed: i64 = self
             .repairing(event, &ev.config, || async {
                 let mut conn = self.store.conn();

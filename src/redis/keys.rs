@@ -116,6 +116,8 @@ pub struct ShardKeys {
     /// The crossings of the horizon (zset): one entry per admission tick that moved it, scored by
     /// the line score of the last person then inside (`lua/line_lib.lua`).
     pub horizon: String,
+    /// The cluster slot of every key above (they share the shard's hash tag).
+    pub slot: u16,
 }
 
 impl Keys {
@@ -176,14 +178,21 @@ impl Keys {
 
     /// The keys of the shard with hash tag `tag` (as returned by [`shard_tag`]).
     pub fn shard(&self, tag: &str) -> ShardKeys {
+        let waiting = format!("{}:{tag}:w", self.prefix);
         ShardKeys {
-            waiting: format!("{}:{tag}:w", self.prefix),
+            slot: slot(&waiting),
+            waiting,
             active: format!("{}:{tag}:a", self.prefix),
             admitted: format!("{}:{tag}:n", self.prefix),
             seen: format!("{}:{tag}:s", self.prefix),
             op: format!("{}:{tag}:op", self.prefix),
             horizon: format!("{}:{tag}:hz", self.prefix),
         }
+    }
+
+    /// The keys of every shard of an event, in the order of its `tags`.
+    pub fn shards(&self, tags: &[String]) -> Vec<ShardKeys> {
+        tags.iter().map(|tag| self.shard(tag)).collect()
     }
 }
 
@@ -248,6 +257,8 @@ mod tests {
         assert_eq!(slot(&s.waiting), slot(&s.admitted));
         assert_eq!(slot(&s.waiting), slot(&s.seen));
         assert_eq!(slot(&s.waiting), slot(&s.horizon));
+        assert_eq!(slot(&s.waiting), slot(&s.op));
+        assert_eq!(s.slot, slot(&s.waiting));
         assert_eq!(
             slot(&keys.event_config("ev")),
             slot(&keys.event_stats("ev"))
