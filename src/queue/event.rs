@@ -311,9 +311,7 @@ pub struct EventMetrics {
 impl EventMetrics {
     fn new(event: &EventId) -> Self {
         let label = event.to_string();
-        let per_poll = |s: StrategyKind| {
-            metrics::histogram!(telemetry::COMMANDS_PER_POLL, "strategy" => s.as_str())
-        };
+        let per_poll = |s: StrategyKind| metrics::histogram!(telemetry::COMMANDS_PER_POLL, "strategy" => s.as_str());
         EventMetrics {
             entered: metrics::counter!(telemetry::QUEUE_ENTERED, "event" => label.clone()),
             polls: metrics::counter!(telemetry::QUEUE_POLLS, "event" => label),
