@@ -139,6 +139,7 @@ impl Application {
                 ClientLimits::new(&config.http)
                     .map_err(|e| anyhow::anyhow!("WAITROOM_TRUSTED_PROXIES: {e}"))?,
             ),
+            request_metrics: Default::default(),
         });
         Ok(Application {
             listener,

@@ -70,6 +70,53 @@ pub struct AppStateParts {
     pub limits: Arc<limits::ClientLimits>,
     /// Back ends checked by /readyz.
     pub readiness: Arc<Readiness>,
+    /// Handles of the per-request metrics.
+    pub request_metrics: RequestMetrics,
+}
+
+/// The handles of `waitroom_http_requests_total` and `waitroom_http_request_duration_seconds`
+/// by (route, method, status), registered on the first request of each: a request then adds to
+/// its handles instead of allocating two label sets and looking both up in the registry. The
+/// labels are interned `&'static str`s ([`intern`]), so the map holds at most a few thousand
+/// entries (routes × methods × statuses seen); past [`RequestMetrics::MAX`] a request records
+/// through the registry as before.
+#[derive(Default)]
+pub struct RequestMetrics {
+    handles: std::sync::RwLock<std::collections::HashMap<RequestLabels, RequestHandles>>,
+}
+
+type RequestLabels = (&'static str, &'static str, &'static str);
+type RequestHandles = (metrics::Counter, metrics::Histogram);
+
+impl RequestMetrics {
+    /// Most label sets kept.
+    const MAX: usize = 4096;
+
+    fn record(&self, labels: RequestLabels, seconds: f64) {
+        let cached = self
+            .handles
+            .read()
+            .ok()
+            .and_then(|m| m.get(&labels).cloned());
+        let (requests, latency) = match cached {
+            Some(handles) => handles,
+            None => {
+                let (route, method, status) = labels;
+                let handles = (
+                    metrics::counter!(telemetry::HTTP_REQUESTS, "route" => route, "method" => method, "status" => status),
+                    metrics::histogram!(telemetry::HTTP_LATENCY, "route" => route, "method" => method),
+                );
+                if let Ok(mut m) = self.handles.write() {
+                    if m.len() < Self::MAX {
+                        m.insert(labels, handles.clone());
+                    }
+                }
+                handles
+            }
+        };
+        requests.increment(1);
+        latency.record(seconds);
+    }
 }
 
 impl AppState {
@@ -135,10 +182,9 @@ async fn edge(State(state): State<AppState>, req: Request, next: Next) -> Respon
         Err(e) => e.into_response(),
     };
     let status = intern(resp.status().as_str());
-    metrics::counter!(telemetry::HTTP_REQUESTS, "route" => route, "method" => method, "status" => status)
-        .increment(1);
-    metrics::histogram!(telemetry::HTTP_LATENCY, "route" => route, "method" => method)
-        .record(start.elapsed().as_secs_f64());
+    state
+        .request_metrics
+        .record((route, method, status), start.elapsed().as_secs_f64());
     resp
 }
 

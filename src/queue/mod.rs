@@ -551,13 +551,10 @@ impl Queue {
             .filter(|(j, _)| *j != shard)
             .map(|(j, k)| {
                 let (inclusive, bound) = timestamp::count_bound(shard, j, score);
-                let max = if inclusive {
-                    format!("{bound}")
-                } else {
-                    format!("({bound}")
-                };
                 let mut cmd = redis::cmd("ZCOUNT");
-                cmd.arg(&k.waiting).arg("-inf").arg(max);
+                cmd.arg(&k.waiting)
+                    .arg("-inf")
+                    .arg(score_bound(bound, inclusive));
                 (k.slot, cmd)
             })
             .collect();
@@ -944,6 +941,21 @@ fn session_live(cfg: &EventConfig, admitted_at_ms: f64, now: u64) -> bool {
     admitted_at_ms as u64 + cfg.active_ttl_seconds * 1000 > now
 }
 
+/// A score as a `ZCOUNT` bound, `(` first when exclusive. Scores are integers (microseconds or
+/// counter numbers): those are written as integers, without the shortest-float formatting that
+/// a `timestamp` poll's seven bounds spent most of their instructions on. The text is the one
+/// `{}` of the `f64` gives.
+fn score_bound(score: f64, inclusive: bool) -> String {
+    let open = if inclusive { "" } else { "(" };
+    // Whole non-negative scores below 2^53 are exact in an f64 (and scores are never negative);
+    // anything else keeps the float's own text, -0 included.
+    if score.is_sign_positive() && score.fract() == 0.0 && score < 9_007_199_254_740_992.0 {
+        format!("{open}{}", score as i64)
+    } else {
+        format!("{open}{score}")
+    }
+}
+
 /// Current time, ms since the Unix epoch.
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -1028,6 +1040,39 @@ mod tests {
         let a = advise(3, None, 1.0);
         assert_eq!(a.eta_seconds, None);
         assert_eq!(a.next_poll_ms, POLL_MAX_MS);
+    }
+
+    #[test]
+    fn score_bounds_read_as_the_floats_own_text() {
+        let scores = [
+            0.0,
+            -0.0,
+            1.0,
+            -7.0,
+            1_764_633_600_123_456.0,
+            9_007_199_254_740_991.0,
+            9_007_199_254_740_992.0,
+            1.5,
+            -2.25,
+            1e300,
+        ];
+        for s in scores {
+            assert_eq!(score_bound(s, true), format!("{s}"), "{s}");
+            assert_eq!(score_bound(s, false), format!("({s}"), "{s}");
+        }
+        assert_eq!(
+            score_bound(1_764_633_600_123_456.0, false),
+            "(1764633600123456"
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_score_bound_is_the_floats_own_text(s in proptest::num::f64::NORMAL | proptest::num::f64::ZERO, whole in -(1i64 << 53)..(1i64 << 53)) {
+            proptest::prop_assert_eq!(score_bound(s, true), format!("{s}"));
+            let w = whole as f64;
+            proptest::prop_assert_eq!(score_bound(w, false), format!("({w}"));
+        }
     }
 
     #[test]
