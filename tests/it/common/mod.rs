@@ -231,11 +231,23 @@ impl TestApp {
             .unwrap()
     }
 
-    /// Enters and returns the queue status, asserting 200.
+    /// Enters and returns the queue status, asserting 200. A 503 is answered as a client
+    /// answers it, by entering again after a pause (entering again never moves anyone): on 2
+    /// cores shared with the other tests' servers, 200 enters at once can outlast the Redis
+    /// deadline, and the contract's answer to that is a 503 (seen on a slow machine in
+    /// `queue::five_thousand_concurrent_enters…` and `strategies::timestamp_orders…`). Any other
+    /// status, or 503s for 10 tries over 5 s, fails. Tests of the 503 itself call [`Self::enter`].
     pub async fn enter_ok(&self, event: &str, user: &str) -> Value {
-        let r = self.enter(event, user).await;
-        assert_eq!(r.status(), StatusCode::OK);
-        r.json().await.unwrap()
+        for _ in 0..10 {
+            let r = self.enter(event, user).await;
+            if r.status() == StatusCode::SERVICE_UNAVAILABLE {
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                continue;
+            }
+            assert_eq!(r.status(), StatusCode::OK, "enter of {user}");
+            return r.json().await.unwrap();
+        }
+        panic!("enter of {user}: ten 503s in a row")
     }
 
     pub async fn poll(&self, event: &str, ticket: &str) -> Response {
