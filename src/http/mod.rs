@@ -93,29 +93,32 @@ impl RequestMetrics {
     const MAX: usize = 4096;
 
     fn record(&self, labels: RequestLabels, seconds: f64) {
-        let cached = self
+        let record = |(requests, latency): &RequestHandles| {
+            requests.increment(1);
+            latency.record(seconds);
+        };
+        // The common case records under the read lock: no handle is cloned.
+        if let Some(handles) = self
             .handles
             .read()
             .ok()
-            .and_then(|m| m.get(&labels).cloned());
-        let (requests, latency) = match cached {
-            Some(handles) => handles,
-            None => {
-                let (route, method, status) = labels;
-                let handles = (
-                    metrics::counter!(telemetry::HTTP_REQUESTS, "route" => route, "method" => method, "status" => status),
-                    metrics::histogram!(telemetry::HTTP_LATENCY, "route" => route, "method" => method),
-                );
-                if let Ok(mut m) = self.handles.write() {
-                    if m.len() < Self::MAX {
-                        m.insert(labels, handles.clone());
-                    }
-                }
-                handles
+            .as_deref()
+            .and_then(|m| m.get(&labels))
+        {
+            record(handles);
+            return;
+        }
+        let (route, method, status) = labels;
+        let handles = (
+            metrics::counter!(telemetry::HTTP_REQUESTS, "route" => route, "method" => method, "status" => status),
+            metrics::histogram!(telemetry::HTTP_LATENCY, "route" => route, "method" => method),
+        );
+        record(&handles);
+        if let Ok(mut m) = self.handles.write() {
+            if m.len() < Self::MAX {
+                m.insert(labels, handles);
             }
-        };
-        requests.increment(1);
-        latency.record(seconds);
+        }
     }
 }
 
