@@ -183,6 +183,25 @@ pub struct RedisConfig {
         default_value_t = false
     )]
     pub read_from_replicas: bool,
+    /// Send each command whose slot the service can tell straight to the primary serving it,
+    /// over a connection of its own per primary, instead of through the cluster client's
+    /// routing task; failures and redirects still go through the cluster client
+    /// (docs/architecture.md, "Direct connections").
+    #[arg(
+        long = "redis-direct",
+        env = "WAITROOM_REDIS_DIRECT",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub direct: bool,
+    /// TCP_NODELAY on every connection to Redis (redis-rs leaves Nagle's algorithm on).
+    #[arg(
+        long = "redis-tcp-nodelay",
+        env = "WAITROOM_REDIS_TCP_NODELAY",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub tcp_nodelay: bool,
     /// Password for Redis AUTH (ElastiCache's AUTH token), unless the node URLs carry one.
     #[arg(
         id = "redis_password",

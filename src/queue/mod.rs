@@ -559,8 +559,7 @@ impl Queue {
             })
             .collect();
         // One pipeline per node instead of a round trip per shard (see redis::batch).
-        let replies =
-            crate::redis::batch::read_grouped(via, self.store.node_groups(), counts).await?;
+        let replies = crate::redis::batch::read_grouped(via, counts).await?;
         Ok(replies
             .iter()
             .map(|v| redis::from_redis_value_ref::<u64>(v).map_err(redis::RedisError::from))

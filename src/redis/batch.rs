@@ -1,4 +1,5 @@
-//! Read-only commands to many shards, sent as one pipeline per node.
+//! The cluster's slot map, kept by the service: read-only commands to many shards sent as one
+//! pipeline per node, and commands sent straight to the primary that serves their slot.
 //!
 //! An exact `timestamp` position is one count per other shard: N − 1 commands, each a round trip
 //! of its own through the cluster client (routing, a channel, a timeout, a wake-up). The profile
@@ -6,82 +7,311 @@
 //! command when commands come one per read. redis-rs refuses a pipeline whose keys are in
 //! different slots, even on one node, so the grouping is done here: keys are grouped by the
 //! primary that serves their slot, from a `CLUSTER SLOTS` map kept for [`MAP_TTL`], and each
-//! group is sent as one pipeline routed to its first key's slot (to the replicas when the
-//! connection reads from replicas, exactly as a single read would go).
+//! group is sent as one pipeline to that node (to the replicas when the connection reads from
+//! replicas, exactly as a single read would go).
+//!
+//! **Direct connections** (`WAITROOM_REDIS_DIRECT`, on by default). The cluster client hands
+//! every command to a routing task of its own, which parses it for its slot and passes it on to
+//! the node's multiplexed connection (a second channel, a second task), and relays the answer
+//! back the same way. With direct connections the map also holds one multiplexed connection per
+//! primary, and a command whose slot [`command_slot`] can tell goes straight to it: one hop
+//! instead of two, and concurrent requests still share one socket per node. The cluster client
+//! stays the authority for the rest: a command without a known slot, a node not connected, and
+//! every failure the cluster client answers by retrying (a broken or timed-out connection,
+//! MOVED, ASK, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, READONLY, LOADING). Such a command is sent again
+//! through the cluster client, which follows redirects, refreshes its own map and retries as
+//! before, while the map here is dropped and read again in the background (a failed node's
+//! connection with it). A failover costs each request in flight at most one extra attempt,
+//! within the same per-command bound (`super::bounded`). As with the cluster client's own
+//! retries, a write whose answer was lost with its connection may be sent twice; the scripts
+//! that write are idempotent per ticket or guarded by their own checks.
 //!
 //! A stale map can only put a key in the wrong group. Redis then answers MOVED for that key, and
 //! the whole group is retried one command at a time (the client follows MOVED there) and the map
-//! is refreshed. Failover keeps the groups intact: a promoted replica takes all its primary's
+//! is read again. Failover keeps the groups intact: a promoted replica takes all its primary's
 //! slots.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use futures::future::try_join_all;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Cmd, RedisError, Value};
+use redis::{
+    AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind,
+    Value,
+};
 
-use super::{primaries, RedisConn};
+use super::{slot_owners, RedisConn};
+use crate::config::RedisConfig;
+use crate::telemetry;
 
 /// How long a slot map is used before it is read again.
 pub const MAP_TTL: Duration = Duration::from_secs(10);
+/// The shortest time between two reads of the map: a failing node must not have every request
+/// read it.
+const RETRY_AFTER: Duration = Duration::from_millis(250);
+/// No primary (more than 254 primaries, or a slot nobody claims).
+const NONE: u8 = u8::MAX;
 
-/// Slot ranges per primary, as last read.
-type SlotMap = Arc<Vec<Vec<(u16, u16)>>>;
+/// One primary of the map.
+struct Node {
+    /// `host:port`, as `CLUSTER SLOTS` names it.
+    addr: Arc<str>,
+    /// Its direct connection, when direct connections are on and it answered.
+    conn: Option<MultiplexedConnection>,
+}
 
-/// The cluster's slot-to-primary map, shared by every request.
-#[derive(Default)]
+/// A primary as read: its address, its slot ranges and its direct connection.
+type Primary = (String, Vec<(u16, u16)>, Option<MultiplexedConnection>);
+
+/// The map as last read.
+struct Map {
+    read_at: Instant,
+    /// The index in `nodes` of the primary serving each slot.
+    owner: Vec<u8>,
+    nodes: Vec<Node>,
+}
+
+impl Map {
+    fn new(read_at: Instant, primaries: Vec<Primary>) -> Map {
+        let mut owner = vec![NONE; 16384];
+        let mut nodes = Vec::new();
+        for (i, (addr, ranges, conn)) in primaries.into_iter().take(NONE as usize).enumerate() {
+            for (lo, hi) in ranges {
+                for slot in lo..=hi.min(16383) {
+                    owner[usize::from(slot)] = i as u8;
+                }
+            }
+            nodes.push(Node {
+                addr: addr.into(),
+                conn,
+            });
+        }
+        Map {
+            read_at,
+            owner,
+            nodes,
+        }
+    }
+
+    fn node_of(&self, slot: u16) -> Option<usize> {
+        match self.owner.get(usize::from(slot)) {
+            Some(&i) if i != NONE => Some(usize::from(i)),
+            _ => None,
+        }
+    }
+}
+
+/// How to open direct connections to the primaries.
+struct DirectTo {
+    cfg: RedisConfig,
+    /// The first seed URL: its scheme and credentials are used for every node.
+    seed: String,
+}
+
+/// The cluster's slot-to-primary map, shared by every request on one connection.
 pub struct NodeGroups {
-    map: Mutex<Option<(Instant, SlotMap)>>,
+    map: RwLock<Option<Map>>,
     refreshing: AtomicBool,
+    last_read: Mutex<Option<Instant>>,
+    direct: Option<DirectTo>,
+    /// Direct connections by address, kept from one read of the map to the next.
+    open: Mutex<HashMap<String, MultiplexedConnection>>,
+    /// Direct requests answered by their node, and sent again through the cluster client.
+    answered: metrics::Counter,
+    sent_again: metrics::Counter,
 }
 
 impl NodeGroups {
-    /// An empty map: read on first use.
-    pub fn new() -> Self {
-        NodeGroups::default()
+    /// An empty map, read on first use; with `direct`, a connection is opened to each primary.
+    pub fn new(direct: Option<RedisConfig>) -> Self {
+        NodeGroups {
+            map: RwLock::new(None),
+            refreshing: AtomicBool::new(false),
+            last_read: Mutex::new(None),
+            direct: direct.map(|cfg| DirectTo {
+                seed: cfg.nodes.first().cloned().unwrap_or_default(),
+                cfg,
+            }),
+            open: Mutex::new(HashMap::new()),
+            answered: metrics::counter!(telemetry::REDIS_DIRECT, "outcome" => "answered"),
+            sent_again: metrics::counter!(telemetry::REDIS_DIRECT, "outcome" => "sent_again"),
+        }
     }
 
-    /// The map to group by, read again when older than [`MAP_TTL`]. One request refreshes it
-    /// while the others go on with the old one (or, before the first read, ungrouped).
-    async fn current(&self, conn: &RedisConn) -> Option<SlotMap> {
-        let cached = self.map.lock().expect("slot map").clone();
-        let fresh = cached
-            .as_ref()
-            .is_some_and(|(at, _)| at.elapsed() < MAP_TTL);
-        if fresh || self.refreshing.swap(true, Ordering::AcqRel) {
-            return cached.map(|(_, m)| m);
+    /// Starts a read of the map in the background when it is missing or older than
+    /// [`MAP_TTL`] and no read is under way (at most one per [`RETRY_AFTER`]).
+    fn refresh_if_due(self: &Arc<Self>, stale: bool, cluster: &ClusterConnection) {
+        if !stale || self.refreshing.load(Ordering::Relaxed) {
+            return;
         }
-        // Cleared however this ends: a request dropped mid-read (its client went away) must not
-        // leave the flag set, or the map would never be read again.
-        let _done = ClearOnDrop(&self.refreshing);
-        let read = primaries(&mut conn.clone()).await;
-        match read {
-            Ok(ranges) if !ranges.is_empty() => {
-                let map = Arc::new(ranges);
-                *self.map.lock().expect("slot map") = Some((Instant::now(), map.clone()));
-                Some(map)
+        {
+            let mut last = self.last_read.lock().expect("slot map");
+            if last.is_some_and(|at| at.elapsed() < RETRY_AFTER) {
+                return;
             }
-            _ => cached.map(|(_, m)| m),
+            if self.refreshing.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            *last = Some(Instant::now());
         }
+        let this = self.clone();
+        let mut cluster = cluster.clone();
+        tokio::spawn(async move {
+            // Cleared however this ends, so the map is read again later.
+            let _done = ClearOnDrop(&this.refreshing);
+            let owners = match slot_owners(&mut cluster).await {
+                Ok(o) if !o.is_empty() => o,
+                _ => return,
+            };
+            let mut primaries = Vec::with_capacity(owners.len());
+            for (addr, ranges) in owners {
+                let conn = this.connection(&addr).await;
+                primaries.push((addr, ranges, conn));
+            }
+            let map = Map::new(Instant::now(), primaries);
+            *this.map.write().expect("slot map") = Some(map);
+        });
+    }
+
+    /// The direct connection to `addr`: the one kept, or a new one (None when direct
+    /// connections are off or the node does not answer).
+    async fn connection(&self, addr: &str) -> Option<MultiplexedConnection> {
+        let to = self.direct.as_ref()?;
+        if let Some(c) = self.open.lock().expect("slot map").get(addr) {
+            return Some(c.clone());
+        }
+        let connect_timeout = Duration::from_millis(to.cfg.connect_timeout_ms);
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(connect_timeout))
+            .set_response_timeout(Some(Duration::from_millis(to.cfg.response_timeout_ms)));
+        let client = super::client(&super::nodes::url_for(&to.seed, addr), &to.cfg).ok()?;
+        let made = tokio::time::timeout(
+            connect_timeout * 2,
+            client.get_multiplexed_async_connection_with_config(&config),
+        )
+        .await;
+        match made {
+            Ok(Ok(conn)) => {
+                self.open
+                    .lock()
+                    .expect("slot map")
+                    .insert(addr.to_owned(), conn.clone());
+                Some(conn)
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(addr, error = %e, "redis: no direct connection");
+                None
+            }
+            Err(_) => {
+                tracing::debug!(addr, "redis: no direct connection (timed out)");
+                None
+            }
+        }
+    }
+
+    /// The direct connection to the primary serving `slot`, if there is one; starts a read of
+    /// the map when it is due.
+    fn direct_to(
+        self: &Arc<Self>,
+        slot: u16,
+        cluster: &ClusterConnection,
+    ) -> Option<(Arc<str>, MultiplexedConnection)> {
+        self.direct.as_ref()?;
+        let (stale, found) = {
+            let map = self.map.read().expect("slot map");
+            match map.as_ref() {
+                None => (true, None),
+                Some(m) => (
+                    m.read_at.elapsed() >= MAP_TTL,
+                    m.node_of(slot).and_then(|i| {
+                        let node = &m.nodes[i];
+                        node.conn.clone().map(|c| (node.addr.clone(), c))
+                    }),
+                ),
+            }
+        };
+        self.refresh_if_due(stale, cluster);
+        found
+    }
+
+    /// A direct attempt failed in a way the cluster client handles: forget the map, and the
+    /// node's connection too if the connection itself failed, so both are made anew.
+    fn failed(&self, addr: &str, err: Option<&RedisError>) {
+        self.sent_again.increment(1);
+        if err.is_some_and(|e| !matches!(e.kind(), ErrorKind::Server(_))) {
+            self.open.lock().expect("slot map").remove(addr);
+        }
+        self.invalidate();
     }
 
     /// Forgets the map (a group met MOVED): the next request reads it again.
     fn invalidate(&self) {
-        *self.map.lock().expect("slot map") = None;
+        *self.map.write().expect("slot map") = None;
     }
 
-    /// Replaces the map, as if just read: for tests of a stale map.
+    /// Replaces the map, as if just read, with primaries that have no direct connection: for
+    /// tests of a stale map.
     pub fn force(&self, ranges: Vec<Vec<(u16, u16)>>) {
-        *self.map.lock().expect("slot map") = Some((Instant::now(), Arc::new(ranges)));
+        let primaries = ranges
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| (format!("forced-{i}:0"), r, None))
+            .collect();
+        *self.map.write().expect("slot map") = Some(Map::new(Instant::now(), primaries));
     }
 
-    /// True while a map is held (false after a group met MOVED, until the next read).
-    pub fn is_known(&self) -> bool {
-        self.map.lock().expect("slot map").is_some()
+    /// How many primaries the map holds (None while no map is held: after a group met MOVED,
+    /// until the next read).
+    pub fn primaries(&self) -> Option<usize> {
+        self.map
+            .read()
+            .expect("slot map")
+            .as_ref()
+            .map(|m| m.nodes.len())
     }
+
+    /// Groups command indices (by their slots) per primary, with that primary's direct
+    /// connection if any; commands whose slot no primary claims (or all, before the map is
+    /// read) get a group each. Starts a read of the map when it is due.
+    fn group(self: &Arc<Self>, slots: &[u16], cluster: &ClusterConnection) -> Vec<Group> {
+        let (stale, groups) = {
+            let map = self.map.read().expect("slot map");
+            let stale = map.as_ref().is_none_or(|m| m.read_at.elapsed() >= MAP_TTL);
+            (stale, group(map.as_ref(), slots))
+        };
+        self.refresh_if_due(stale, cluster);
+        groups
+    }
+}
+
+/// Commands bound for one node.
+struct Group {
+    idx: Vec<usize>,
+    direct: Option<(Arc<str>, MultiplexedConnection)>,
+}
+
+/// Groups command indices by node; commands whose slot no primary claims get a group each.
+fn group(map: Option<&Map>, slots: &[u16]) -> Vec<Group> {
+    let mut groups: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (i, slot) in slots.iter().enumerate() {
+        let node = map.and_then(|m| m.node_of(*slot)).unwrap_or(usize::MAX - i);
+        groups.entry(node).or_default().push(i);
+    }
+    let mut out: Vec<(usize, Vec<usize>)> = groups.into_iter().collect();
+    out.sort_by(|a, b| a.1.cmp(&b.1));
+    out.into_iter()
+        .map(|(node, idx)| Group {
+            direct: map
+                .and_then(|m| m.nodes.get(node))
+                .and_then(|n| n.conn.clone().map(|c| (n.addr.clone(), c))),
+            idx,
+        })
+        .collect()
 }
 
 /// Clears a flag when dropped.
@@ -93,34 +323,189 @@ impl Drop for ClearOnDrop<'_> {
     }
 }
 
-/// Which primary of `map` serves `slot`.
-fn node_of(map: &[Vec<(u16, u16)>], slot: u16) -> Option<usize> {
-    map.iter()
-        .position(|ranges| ranges.iter().any(|(lo, hi)| (*lo..=*hi).contains(&slot)))
+/// The slot of a command whose keys all share one slot and that one node answers, or None:
+/// a single-key command of the list below (its key is the first argument), or a script call
+/// (EVALSHA/EVAL/…_RO with at least one key; a script's keys must share a slot on a cluster
+/// anyway). Anything else (no key, several keys, a command not listed) goes through the
+/// cluster client, which knows every command's routing.
+pub fn command_slot(cmd: &Cmd) -> Option<u16> {
+    let mut args = cmd.args_iter().map(|a| match a {
+        redis::Arg::Simple(b) => Some(b),
+        _ => None,
+    });
+    let name = args.next()??;
+    let script = [&b"EVALSHA"[..], b"EVAL", b"EVALSHA_RO", b"EVAL_RO"]
+        .iter()
+        .any(|n| name.eq_ignore_ascii_case(n));
+    if script {
+        let _body = args.next()??;
+        let numkeys: u32 = std::str::from_utf8(args.next()??).ok()?.parse().ok()?;
+        if numkeys == 0 {
+            return None;
+        }
+        return Some(super::keys::slot_of(args.next()??));
+    }
+    const SINGLE_KEY: &[&[u8]] = &[
+        b"GET",
+        b"SET",
+        b"SETEX",
+        b"SETNX",
+        b"PSETEX",
+        b"GETDEL",
+        b"INCR",
+        b"INCRBY",
+        b"DECR",
+        b"DECRBY",
+        b"EXPIRE",
+        b"PEXPIRE",
+        b"TTL",
+        b"PTTL",
+        b"TYPE",
+        b"HGET",
+        b"HSET",
+        b"HMGET",
+        b"HGETALL",
+        b"HDEL",
+        b"HINCRBY",
+        b"HLEN",
+        b"HEXISTS",
+        b"SADD",
+        b"SREM",
+        b"SMEMBERS",
+        b"SISMEMBER",
+        b"SCARD",
+        b"ZADD",
+        b"ZREM",
+        b"ZRANK",
+        b"ZREVRANK",
+        b"ZCOUNT",
+        b"ZCARD",
+        b"ZSCORE",
+        b"ZMSCORE",
+        b"ZRANGE",
+        b"ZRANGEBYSCORE",
+        b"ZRANDMEMBER",
+        b"ZINCRBY",
+    ];
+    if !SINGLE_KEY.iter().any(|n| name.eq_ignore_ascii_case(n)) {
+        return None;
+    }
+    Some(super::keys::slot_of(args.next()??))
 }
 
-/// Groups command indices by node; commands whose slot no primary claims get a group each.
-fn group(map: Option<&[Vec<(u16, u16)>]>, slots: &[u16]) -> Vec<Vec<usize>> {
-    let mut groups: HashMap<usize, Vec<usize>> = HashMap::new();
-    for (i, slot) in slots.iter().enumerate() {
-        let node = map
-            .and_then(|m| node_of(m, *slot))
-            .unwrap_or(usize::MAX - i);
-        groups.entry(node).or_default().push(i);
+/// The slot of a pipeline whose commands all share one slot, else None. Transactions
+/// (MULTI/EXEC) go through the cluster client.
+fn pipeline_slot(pipe: &Pipeline) -> Option<u16> {
+    if pipe.is_transaction() {
+        return None;
     }
-    let mut out: Vec<Vec<usize>> = groups.into_values().collect();
-    out.sort();
-    out
+    let mut slot = None;
+    for cmd in pipe.cmd_iter() {
+        let s = command_slot(cmd)?;
+        if slot.is_some_and(|x| x != s) {
+            return None;
+        }
+        slot = Some(s);
+    }
+    slot
+}
+
+/// Errors the cluster client handles by retrying (elsewhere, later or after reconnecting):
+/// a direct attempt that meets one is sent again through it.
+fn needs_cluster(err: &RedisError) -> bool {
+    match err.kind() {
+        ErrorKind::Server(kind) => redirect_kind(kind),
+        ErrorKind::Io | ErrorKind::ClusterConnectionNotFound => true,
+        _ => err.is_timeout() || err.is_connection_dropped() || err.is_unrecoverable_error(),
+    }
+}
+
+fn redirect_kind(kind: ServerErrorKind) -> bool {
+    matches!(
+        kind,
+        ServerErrorKind::Moved
+            | ServerErrorKind::Ask
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ReadOnly
+            | ServerErrorKind::BusyLoading
+    )
+}
+
+/// True when a reply holds an error the cluster client would have retried.
+fn redirected(values: &[Value]) -> bool {
+    values
+        .iter()
+        .any(|v| matches!(v, Value::ServerError(e) if e.kind().is_some_and(redirect_kind)))
+}
+
+/// One command on a cluster: straight to its primary when the map knows it, else (or after a
+/// failure the cluster client handles) through the cluster client.
+pub(super) fn cluster_command<'a>(
+    cluster: &'a mut ClusterConnection,
+    groups: &'a Arc<NodeGroups>,
+    cmd: &'a Cmd,
+) -> RedisFuture<'a, Value> {
+    Box::pin(async move {
+        if let Some((addr, mut node)) =
+            command_slot(cmd).and_then(|slot| groups.direct_to(slot, cluster))
+        {
+            match node.req_packed_command(cmd).await {
+                Ok(Value::ServerError(e)) if e.kind().is_some_and(redirect_kind) => {
+                    groups.failed(&addr, None)
+                }
+                Ok(v) => {
+                    groups.answered.increment(1);
+                    return Ok(v);
+                }
+                Err(e) if needs_cluster(&e) => groups.failed(&addr, Some(&e)),
+                Err(e) => {
+                    groups.answered.increment(1);
+                    return Err(e);
+                }
+            }
+        }
+        cluster.req_packed_command(cmd).await
+    })
+}
+
+/// A pipeline on a cluster, as [`cluster_command`]: direct when all its commands share a slot.
+pub(super) fn cluster_pipeline<'a>(
+    cluster: &'a mut ClusterConnection,
+    groups: &'a Arc<NodeGroups>,
+    pipe: &'a Pipeline,
+    offset: usize,
+    count: usize,
+) -> RedisFuture<'a, Vec<Value>> {
+    Box::pin(async move {
+        if let Some((addr, mut node)) =
+            pipeline_slot(pipe).and_then(|slot| groups.direct_to(slot, cluster))
+        {
+            match node.req_packed_commands(pipe, offset, count).await {
+                Ok(values) if redirected(&values) => groups.failed(&addr, None),
+                Ok(values) => {
+                    groups.answered.increment(1);
+                    return Ok(values);
+                }
+                Err(e) if needs_cluster(&e) => groups.failed(&addr, Some(&e)),
+                Err(e) => {
+                    groups.answered.increment(1);
+                    return Err(e);
+                }
+            }
+        }
+        cluster.req_packed_commands(pipe, offset, count).await
+    })
 }
 
 /// Runs read-only single-key commands (`(slot of the key, command)`) and returns their replies
 /// in order: one pipeline per node on a cluster, one pipeline in all on a single Redis.
 pub async fn read_grouped(
     conn: &RedisConn,
-    groups: &NodeGroups,
     cmds: Vec<(u16, Cmd)>,
 ) -> Result<Vec<Value>, RedisError> {
-    let cluster = match conn {
+    let (cluster, groups) = match conn {
         RedisConn::Single(c) => {
             let mut pipe = redis::pipe();
             for (_, cmd) in cmds {
@@ -128,25 +513,42 @@ pub async fn read_grouped(
             }
             return pipe.query_async(&mut c.clone()).await;
         }
-        RedisConn::Cluster(c) => c,
+        RedisConn::Cluster(c, g) => (c, g),
     };
     let slots: Vec<u16> = cmds.iter().map(|(s, _)| *s).collect();
-    let map = groups.current(conn).await;
-    let batches = group(map.as_deref().map(Vec::as_slice), &slots);
+    let batches = groups.group(&slots, cluster);
     let cmds = &cmds;
-    let sent = batches.into_iter().map(|idx| {
-        let mut c = cluster.clone();
+    let sent = batches.into_iter().map(|batch| {
+        let mut c = conn.clone();
         async move {
-            if idx.len() > 1 {
+            let idx = batch.idx;
+            if idx.len() > 1 || batch.direct.is_some() {
                 let mut pipe = redis::pipe();
                 for i in &idx {
                     pipe.add_command(cmds[*i].1.clone());
                 }
-                let route = SingleNodeRoutingInfo::SpecificNode(Route::new(
-                    cmds[idx[0]].0,
-                    SlotAddr::ReplicaOptional,
-                ));
-                match c.route_pipeline(pipe, 0, idx.len(), route).await {
+                let sent = match batch.direct {
+                    Some((addr, mut node)) => {
+                        let r = node.req_packed_commands(&pipe, 0, idx.len()).await;
+                        match &r {
+                            Err(e) => groups.failed(&addr, Some(e)),
+                            Ok(values) if redirected(values) => groups.failed(&addr, None),
+                            Ok(_) => groups.answered.increment(1),
+                        }
+                        r
+                    }
+                    None => {
+                        let route = SingleNodeRoutingInfo::SpecificNode(Route::new(
+                            cmds[idx[0]].0,
+                            SlotAddr::ReplicaOptional,
+                        ));
+                        cluster
+                            .clone()
+                            .route_pipeline(pipe, 0, idx.len(), route)
+                            .await
+                    }
+                };
+                match sent {
                     Ok(values) if !values.iter().any(|v| matches!(v, Value::ServerError(_))) => {
                         return Ok::<_, RedisError>(idx.into_iter().zip(values).collect());
                     }
@@ -178,18 +580,91 @@ pub async fn read_grouped(
 mod tests {
     use super::*;
 
+    fn map(ranges: Vec<Vec<(u16, u16)>>) -> Map {
+        Map::new(
+            Instant::now(),
+            ranges
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| (format!("n{i}:1"), r, None))
+                .collect(),
+        )
+    }
+
+    fn idx(groups: Vec<Group>) -> Vec<Vec<usize>> {
+        groups.into_iter().map(|g| g.idx).collect()
+    }
+
     #[test]
     fn commands_are_grouped_by_the_primary_serving_their_slot() {
-        let map = vec![vec![(0, 5460)], vec![(5461, 10922)], vec![(10923, 16383)]];
-        let groups = group(Some(&map), &[100, 6000, 200, 16000, 5461]);
+        let m = map(vec![
+            vec![(0, 5460)],
+            vec![(5461, 10922)],
+            vec![(10923, 16383)],
+        ]);
+        let groups = idx(group(Some(&m), &[100, 6000, 200, 16000, 5461]));
         assert_eq!(groups, vec![vec![0, 2], vec![1, 4], vec![3]]);
         // No map yet: every command alone.
-        assert_eq!(group(None, &[1, 2]), vec![vec![0], vec![1]]);
+        assert_eq!(idx(group(None, &[1, 2])), vec![vec![0], vec![1]]);
         // A slot nobody claims (a map read mid-migration): alone too.
-        let partial = vec![vec![(0, 99)]];
+        let partial = map(vec![vec![(0, 99)]]);
         assert_eq!(
-            group(Some(&partial), &[5, 500, 7]),
+            idx(group(Some(&partial), &[5, 500, 7])),
             vec![vec![0, 2], vec![1]]
         );
+    }
+
+    #[test]
+    fn only_commands_with_one_known_slot_go_direct() {
+        let key = "wr:{e:1}:w";
+        let slot = super::super::keys::slot(key);
+        let mut zrank = redis::cmd("ZRANK");
+        zrank.arg(key).arg("m");
+        assert_eq!(command_slot(&zrank), Some(slot));
+        let mut lower = redis::cmd("zcount");
+        lower.arg(key).arg("-inf").arg("+inf");
+        assert_eq!(command_slot(&lower), Some(slot));
+        let mut script = redis::cmd("EVALSHA");
+        script.arg("abc").arg(2).arg(key).arg("wr:{e:1}:s").arg("x");
+        assert_eq!(command_slot(&script), Some(slot));
+        let mut keyless = redis::cmd("EVALSHA");
+        keyless.arg("abc").arg(0).arg("x");
+        assert_eq!(command_slot(&keyless), None);
+        // Several keys, possibly in several slots: the cluster client splits or refuses them.
+        let mut del = redis::cmd("DEL");
+        del.arg(key).arg("other");
+        assert_eq!(command_slot(&del), None);
+        assert_eq!(command_slot(&redis::cmd("PING")), None);
+        assert_eq!(command_slot(&redis::cmd("GET")), None, "no key");
+
+        let mut same = redis::pipe();
+        same.add_command(zrank.clone()).add_command(lower);
+        assert_eq!(pipeline_slot(&same), Some(slot));
+        let mut other = redis::cmd("GET");
+        other.arg("wr:{e:2}:x");
+        let mut mixed = redis::pipe();
+        mixed.add_command(zrank.clone()).add_command(other);
+        assert_eq!(pipeline_slot(&mixed), None);
+        let mut atomic = redis::pipe();
+        atomic.atomic().add_command(zrank);
+        assert_eq!(pipeline_slot(&atomic), None);
+    }
+
+    #[test]
+    fn redirects_and_broken_connections_go_back_to_the_cluster_client() {
+        let moved = RedisError::from((ErrorKind::Server(ServerErrorKind::Moved), "MOVED"));
+        assert!(needs_cluster(&moved));
+        let io = RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "reset",
+        ));
+        assert!(needs_cluster(&io));
+        let noscript = RedisError::from((ErrorKind::Server(ServerErrorKind::NoScript), "NOSCRIPT"));
+        assert!(!needs_cluster(&noscript), "Script::invoke_async loads it");
+        let wrong = RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "WRONGTYPE",
+        ));
+        assert!(!needs_cluster(&wrong), "an answer, not a routing fault");
     }
 }

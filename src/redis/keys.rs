@@ -58,13 +58,17 @@ pub mod stats {
 /// The hash slot of a key, as Redis Cluster computes it (CRC16/XMODEM of the hash tag, or of
 /// the whole key when it has none, mod 16384).
 pub fn slot(key: &str) -> u16 {
-    let bytes = key.as_bytes();
-    let hashed = match key.find('{') {
-        Some(open) => match key[open + 1..].find('}') {
-            Some(len) if len > 0 => &bytes[open + 1..open + 1 + len],
-            _ => bytes,
+    slot_of(key.as_bytes())
+}
+
+/// [`slot`] of a key given as bytes (as it sits in a packed command).
+pub fn slot_of(key: &[u8]) -> u16 {
+    let hashed = match key.iter().position(|b| *b == b'{') {
+        Some(open) => match key[open + 1..].iter().position(|b| *b == b'}') {
+            Some(len) if len > 0 => &key[open + 1..open + 1 + len],
+            _ => key,
         },
-        None => bytes,
+        None => key,
     };
     crc16::State::<crc16::XMODEM>::calculate(hashed) % 16384
 }

@@ -17,6 +17,7 @@ pub mod store;
 
 pub use store::Store;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -24,6 +25,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_read_routing::RandomReplicaStrategy;
+use redis::io::tcp::TcpSettings;
 use redis::{
     Cmd, IntoConnectionInfo as _, Pipeline, RedisError, RedisFuture, TlsCertificates, Value,
 };
@@ -33,8 +35,9 @@ use crate::config::{RedisConfig, RedisMode};
 /// A connection to either deployment; clone it freely.
 #[derive(Clone)]
 pub enum RedisConn {
-    /// A Redis Cluster (slots, MOVED handling, failover).
-    Cluster(ClusterConnection),
+    /// A Redis Cluster (slots, MOVED handling, failover), with the service's own slot map
+    /// (grouped reads, and direct connections to the primaries when configured: [`batch`]).
+    Cluster(ClusterConnection, Arc<batch::NodeGroups>),
     /// One non-cluster Redis, reconnecting by itself.
     Single(ConnectionManager),
 }
@@ -69,7 +72,7 @@ fn bounded<'a, T: Send + 'a>(fut: RedisFuture<'a, T>) -> RedisFuture<'a, T> {
 impl ConnectionLike for RedisConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         bounded(match self {
-            RedisConn::Cluster(c) => c.req_packed_command(cmd),
+            RedisConn::Cluster(c, g) => batch::cluster_command(c, g, cmd),
             RedisConn::Single(c) => c.req_packed_command(cmd),
         })
     }
@@ -81,14 +84,14 @@ impl ConnectionLike for RedisConn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         bounded(match self {
-            RedisConn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            RedisConn::Cluster(c, g) => batch::cluster_pipeline(c, g, cmd, offset, count),
             RedisConn::Single(c) => c.req_packed_commands(cmd, offset, count),
         })
     }
 
     fn get_db(&self) -> i64 {
         match self {
-            RedisConn::Cluster(c) => c.get_db(),
+            RedisConn::Cluster(c, _) => c.get_db(),
             RedisConn::Single(c) => c.get_db(),
         }
     }
@@ -141,7 +144,7 @@ impl RedisConn {
             ))
         };
         match self {
-            RedisConn::Cluster(c) => {
+            RedisConn::Cluster(c, _) => {
                 let route = SingleNodeRoutingInfo::SpecificNode(Route::new(
                     keys::slot(probe),
                     SlotAddr::Master,
@@ -165,7 +168,15 @@ impl RedisConn {
 
     /// True for a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
-        matches!(self, RedisConn::Cluster(_))
+        matches!(self, RedisConn::Cluster(..))
+    }
+
+    /// The slot map of a cluster connection (None on one non-cluster Redis).
+    pub fn node_groups(&self) -> Option<&batch::NodeGroups> {
+        match self {
+            RedisConn::Cluster(_, g) => Some(g),
+            RedisConn::Single(_) => None,
+        }
     }
 }
 
@@ -182,12 +193,19 @@ pub fn client(url: &str, cfg: &RedisConfig) -> anyhow::Result<redis::Client> {
     if let Some(pass) = &cfg.password {
         auth = auth.set_password(pass.expose());
     }
-    info = info.set_redis_settings(auth);
+    info = info
+        .set_redis_settings(auth)
+        .set_tcp_settings(tcp_settings(cfg));
     match tls_certificates(cfg)? {
         Some(certs) => redis::Client::build_with_tls(info, certs),
         None => redis::Client::open(info),
     }
     .context("making the Redis client")
+}
+
+/// TCP options of every connection to Redis.
+fn tcp_settings(cfg: &RedisConfig) -> TcpSettings {
+    TcpSettings::default().set_nodelay(cfg.tcp_nodelay)
 }
 
 /// The configured CA for TLS, read from its file.
@@ -204,9 +222,15 @@ fn tls_certificates(cfg: &RedisConfig) -> anyhow::Result<Option<TlsCertificates>
 }
 
 /// Connects to the configured deployment, detecting cluster mode when asked to. Every command
-/// goes to the primary of its slot.
+/// goes to the primary of its slot (directly when `WAITROOM_REDIS_DIRECT` is on: [`batch`]).
 pub async fn connect(cfg: &RedisConfig) -> anyhow::Result<RedisConn> {
-    connect_with(cfg, false).await
+    connect_with(cfg, false, cfg.direct).await
+}
+
+/// A connection whose commands all go through the cluster client (for `WAIT`, which counts
+/// the writes of the connection it is sent on).
+pub async fn connect_via_cluster_client(cfg: &RedisConfig) -> anyhow::Result<RedisConn> {
+    connect_with(cfg, false, false).await
 }
 
 /// The connection for reads that may be a little stale (other shards' counts for a position,
@@ -215,7 +239,7 @@ pub async fn connect(cfg: &RedisConfig) -> anyhow::Result<RedisConn> {
 /// holds — those always go to the primary.
 pub async fn connect_reads(cfg: &RedisConfig, primary: &RedisConn) -> anyhow::Result<RedisConn> {
     if cfg.read_from_replicas && primary.is_cluster() {
-        connect_with(cfg, true).await
+        connect_with(cfg, true, false).await
     } else {
         Ok(primary.clone())
     }
@@ -229,7 +253,11 @@ pub(crate) fn set_command_deadline(cfg: &RedisConfig) {
     );
 }
 
-async fn connect_with(cfg: &RedisConfig, replica_reads: bool) -> anyhow::Result<RedisConn> {
+async fn connect_with(
+    cfg: &RedisConfig,
+    replica_reads: bool,
+    direct: bool,
+) -> anyhow::Result<RedisConn> {
     set_command_deadline(cfg);
     let connect_timeout = Duration::from_millis(cfg.connect_timeout_ms);
     let response_timeout = Duration::from_millis(cfg.response_timeout_ms);
@@ -251,7 +279,8 @@ async fn connect_with(cfg: &RedisConfig, replica_reads: bool) -> anyhow::Result<
                 .response_timeout(response_timeout)
                 .retries(2)
                 .min_retry_wait(50)
-                .max_retry_wait(400);
+                .max_retry_wait(400)
+                .tcp_settings(tcp_settings(cfg));
             if replica_reads {
                 builder = builder.read_routing_strategy(RandomReplicaStrategy);
             }
@@ -271,7 +300,8 @@ async fn connect_with(cfg: &RedisConfig, replica_reads: bool) -> anyhow::Result<
                 .get_async_connection()
                 .await
                 .context("connecting to the Redis Cluster")?;
-            anyhow::Ok(RedisConn::Cluster(conn))
+            let groups = batch::NodeGroups::new(direct.then(|| cfg.clone()));
+            anyhow::Ok(RedisConn::Cluster(conn, Arc::new(groups)))
         } else {
             let client = client(&first, cfg)?;
             let mcfg = ConnectionManagerConfig::new()
@@ -337,10 +367,25 @@ pub fn redact(url: &str) -> String {
 
 /// The slot ranges served by each primary, from `CLUSTER SLOTS`; empty for one non-cluster Redis.
 pub async fn primaries(conn: &mut RedisConn) -> Result<Vec<Vec<(u16, u16)>>, RedisError> {
-    if !conn.is_cluster() {
-        return Ok(Vec::new());
+    match conn {
+        RedisConn::Single(_) => Ok(Vec::new()),
+        RedisConn::Cluster(c, _) => Ok(slot_owners(c)
+            .await?
+            .into_iter()
+            .map(|(_, ranges)| ranges)
+            .collect()),
     }
-    let slots: Vec<Value> = redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await?;
+}
+
+/// Each primary's address (`host:port`) and slot ranges, from `CLUSTER SLOTS`, in a stable
+/// order (by their first slot), so every instance would choose the same placement.
+async fn slot_owners(
+    conn: &mut ClusterConnection,
+) -> Result<Vec<(String, Vec<(u16, u16)>)>, RedisError> {
+    let mut read = redis::cmd("CLUSTER");
+    read.arg("SLOTS");
+    let slots: Vec<Value> =
+        redis::from_redis_value(bounded(conn.req_packed_command(&read)).await?)?;
     let mut by_primary: Vec<(String, Vec<(u16, u16)>)> = Vec::new();
     for entry in slots {
         let Value::Array(parts) = entry else { continue };
@@ -363,7 +408,7 @@ pub async fn primaries(conn: &mut RedisConn) -> Result<Vec<Vec<(u16, u16)>>, Red
     }
     // A stable order, so every instance would choose the same placement.
     by_primary.sort_by_key(|(_, ranges)| ranges.iter().map(|r| r.0).min());
-    Ok(by_primary.into_iter().map(|(_, r)| r).collect())
+    Ok(by_primary)
 }
 
 #[cfg(test)]

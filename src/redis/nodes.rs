@@ -65,7 +65,7 @@ fn host_port(url: &str) -> &str {
 
 /// `url` with its `host:port` replaced by `addr`: scheme, credentials and options are kept, so
 /// a TLS deployment with AUTH is read the way the service connects to it.
-fn url_for(url: &str, addr: &str) -> String {
+pub(super) fn url_for(url: &str, addr: &str) -> String {
     url.replacen(host_port(url), addr, 1)
 }
 

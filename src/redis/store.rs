@@ -1,5 +1,5 @@
 //! [`Store`]: the Redis handles every domain module shares — the connection, the read
-//! connection, the key builder, the scripts and the slot map for grouped reads.
+//! connection, the key builder and the scripts (each cluster connection carries its slot map).
 //!
 //! The queue, seats and booking modules each hold an `Arc<Store>` and work through it; none
 //! reaches into another module's fields for Redis.
@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use super::batch::NodeGroups;
 use super::keys::Keys;
 use super::scripts::Scripts;
-use super::{connect, connect_reads, RedisConn};
+use super::{connect, connect_reads, connect_via_cluster_client, RedisConn};
 use crate::config::RedisConfig;
 
 /// The shared Redis handles; cheap to share behind an `Arc`.
@@ -22,7 +22,6 @@ pub struct Store {
     waits: RedisConn,
     keys: Keys,
     scripts: Scripts,
-    node_groups: NodeGroups,
 }
 
 impl Store {
@@ -34,7 +33,6 @@ impl Store {
             reads,
             keys,
             scripts: Scripts::new(),
-            node_groups: NodeGroups::new(),
         }
     }
 
@@ -54,7 +52,7 @@ impl Store {
         // than one response timeout is not cut short by the client.
         let mut waits = cfg.clone();
         waits.response_timeout_ms = cfg.response_timeout_ms.max(cfg.booking_wait_ms + 500);
-        store.waits = connect(&waits).await?;
+        store.waits = connect_via_cluster_client(&waits).await?;
         // connect() set the per-command bound from the config it was given: the service's.
         super::set_command_deadline(cfg);
         store
@@ -90,8 +88,9 @@ impl Store {
         &self.scripts
     }
 
-    /// Which primary serves which slot, for reads grouped per node.
-    pub fn node_groups(&self) -> &NodeGroups {
-        &self.node_groups
+    /// Which primary serves which slot, for reads grouped per node (the read connection's map;
+    /// None on one non-cluster Redis).
+    pub fn node_groups(&self) -> Option<&NodeGroups> {
+        self.reads.node_groups()
     }
 }

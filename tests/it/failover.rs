@@ -194,6 +194,31 @@ async fn killing_a_primary_gives_503_during_failover_then_service_resumes_with_n
         (active(&app, &flowing).await > admitted_before + 10).then_some(())
     })
     .await;
+    // With direct connections (the default), requests sent straight to the killed primary
+    // were sent again through the cluster client, and later ones went direct to its successor.
+    if crate::common::test_config("x").redis.direct {
+        let again = app
+            .metric(r#"waitroom_redis_direct_requests_total{outcome="sent_again"}"#)
+            .await;
+        assert!(again > 0.0, "no direct request met the dead primary");
+        let answered = app
+            .metric(r#"waitroom_redis_direct_requests_total{outcome="answered"}"#)
+            .await;
+        for t in tickets.iter().take(20) {
+            assert_eq!(app.poll(&ev, t).await.status(), StatusCode::OK);
+        }
+        eventually(
+            Duration::from_secs(10),
+            "direct after the failover",
+            || async {
+                let now = app
+                    .metric(r#"waitroom_redis_direct_requests_total{outcome="answered"}"#)
+                    .await;
+                (now > answered).then_some(())
+            },
+        )
+        .await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -175,16 +175,84 @@ async fn a_stale_slot_map_costs_a_retry_but_never_a_wrong_position() {
         let status = queue.enter(&ev, &user).await.unwrap();
         tickets.push(waitroom::ids::Ticket::parse(&status.ticket).unwrap());
     }
-    store.node_groups().force(vec![vec![(0, 16383)]]);
+    let groups = store.node_groups().expect("a cluster has a slot map");
+    groups.force(vec![vec![(0, 16383)]]);
     for (i, t) in tickets.iter().enumerate() {
         let status = queue.poll(&ev, t).await.unwrap();
         assert_eq!(status.position, Some(i as u64 + 1), "ticket {i}");
         if i == 0 {
-            // 7 other shards over 3 primaries: the one pipeline met MOVED and the map was
-            // dropped.
-            assert!(!store.node_groups().is_known(), "the stale map was dropped");
+            // 7 other shards over 3 primaries: the one pipeline met MOVED and the forced map
+            // was dropped (it may already have been read again, in the background).
+            assert_ne!(groups.primaries(), Some(1), "the stale map was dropped");
         }
     }
-    // Read again from the cluster by a later poll.
-    assert!(store.node_groups().is_known());
+    // Read again from the cluster, in the background: three primaries.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while groups.primaries() != Some(3) && std::time::Instant::now() < deadline {
+        queue.poll(&ev, &tickets[0]).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(groups.primaries(), Some(3), "the map was read again");
+}
+
+/// `waitroom_redis_direct_requests_total{outcome}` from /metrics.
+async fn direct_requests(app: &TestApp, outcome: &str) -> f64 {
+    app.metric(&format!(
+        r#"waitroom_redis_direct_requests_total{{outcome="{outcome}"}}"#
+    ))
+    .await
+}
+
+/// Enters 30 people into an 8-shard `timestamp` event and polls each: the positions are
+/// 1..30 in order of arrival. Returns the event and the tickets.
+async fn exact_line(app: &TestApp) -> (String, Vec<String>) {
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"shards": 8, "admit_per_second": 0, "strategy": "timestamp"}),
+    )
+    .await;
+    let mut tickets = Vec::new();
+    for i in 0..30 {
+        let b = app.enter_ok(&ev, &format!("u{i}")).await;
+        tickets.push(b["ticket"].as_str().unwrap().to_owned());
+    }
+    for (i, t) in tickets.iter().enumerate() {
+        assert_eq!(
+            app.poll_ok(&ev, t).await["position"],
+            json!(i + 1),
+            "ticket {i}"
+        );
+    }
+    (ev, tickets)
+}
+
+#[tokio::test]
+async fn with_direct_connections_a_poll_goes_straight_to_the_primaries_and_stays_exact() {
+    let app = spawn_app_with(|c| c.redis.direct = true).await;
+    let (ev, tickets) = exact_line(&app).await;
+    // The map is read in the background after the first requests: from then on, every poll's
+    // reads (its own shard's pipeline and one pipeline per other primary) go direct.
+    let before = direct_requests(&app, "answered").await;
+    for (i, t) in tickets.iter().enumerate() {
+        assert_eq!(app.poll_ok(&ev, t).await["position"], json!(i + 1));
+    }
+    let after = direct_requests(&app, "answered").await;
+    assert!(
+        after - before >= 30.0 * 2.0,
+        "30 polls of 8 shards over 3 primaries answered directly: {before} -> {after}"
+    );
+    assert_eq!(
+        direct_requests(&app, "sent_again").await,
+        0.0,
+        "nothing was redirected on a steady cluster"
+    );
+}
+
+#[tokio::test]
+async fn without_direct_connections_every_command_goes_through_the_cluster_client() {
+    let app = spawn_app_with(|c| c.redis.direct = false).await;
+    exact_line(&app).await;
+    assert_eq!(direct_requests(&app, "answered").await, 0.0);
+    assert_eq!(direct_requests(&app, "sent_again").await, 0.0);
 }

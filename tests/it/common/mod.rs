@@ -148,6 +148,16 @@ impl TestApp {
         self.get("/metrics").await.text().await.unwrap()
     }
 
+    /// The value of one series of /metrics (`name{labels}` as rendered), 0 when absent.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let prefix = format!("{series} ");
+        self.metrics()
+            .await
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map_or(0.0, |v| v.trim().parse().unwrap())
+    }
+
     pub async fn put_event(&self, event: &str, body: Value) -> Response {
         self.http
             .put(format!("{}/admin/v1/events/{event}", self.base))
