@@ -63,14 +63,19 @@ pub fn slot(key: &str) -> u16 {
 
 /// [`slot`] of a key given as bytes (as it sits in a packed command).
 pub fn slot_of(key: &[u8]) -> u16 {
-    let hashed = match key.iter().position(|b| *b == b'{') {
+    crc16::State::<crc16::XMODEM>::calculate(hashed_part(key)) % 16384
+}
+
+/// The part of a key its slot is computed from: the hash tag (between the first `{` and the
+/// next `}`, if not empty), else the whole key. Two keys with the same part share a slot.
+pub fn hashed_part(key: &[u8]) -> &[u8] {
+    match key.iter().position(|b| *b == b'{') {
         Some(open) => match key[open + 1..].iter().position(|b| *b == b'}') {
             Some(len) if len > 0 => &key[open + 1..open + 1 + len],
             _ => key,
         },
         None => key,
-    };
-    crc16::State::<crc16::XMODEM>::calculate(hashed) % 16384
+    }
 }
 
 /// Key builder for one key prefix.
