@@ -24,7 +24,8 @@
 //! connection with it). A failover costs each request in flight at most one extra attempt,
 //! within the same per-command bound (`super::bounded`). As with the cluster client's own
 //! retries, a write whose answer was lost with its connection may be sent twice; the scripts
-//! that write are idempotent per ticket or guarded by their own checks.
+//! that write are idempotent per ticket or guarded by their own checks. A pipeline is sent again
+//! whole; the service's pipelines are all reads.
 //!
 //! A stale map can only put a key in the wrong group. Redis then answers MOVED for that key, and
 //! the whole group is retried one command at a time (the client follows MOVED there) and the map
@@ -41,8 +42,8 @@ use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{
-    AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind,
-    Value,
+    AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult,
+    ServerErrorKind, Value,
 };
 
 use super::{slot_owners, RedisConn};
@@ -173,6 +174,11 @@ impl NodeGroups {
                 let conn = this.connection(&addr).await;
                 primaries.push((addr, ranges, conn));
             }
+            // Connections to nodes no longer primaries (a primary demoted by a failover) go.
+            this.open
+                .lock()
+                .expect("slot map")
+                .retain(|addr, _| primaries.iter().any(|(a, _, _)| a == addr));
             let map = Map::new(Instant::now(), primaries);
             *this.map.write().expect("slot map") = Some(map);
         });
@@ -411,11 +417,33 @@ fn redirect_kind(kind: ServerErrorKind) -> bool {
     )
 }
 
-/// True when a reply holds an error the cluster client would have retried.
-fn redirected(values: &[Value]) -> bool {
-    values
-        .iter()
-        .any(|v| matches!(v, Value::ServerError(e) if e.kind().is_some_and(redirect_kind)))
+/// True when a reply is an error the cluster client would have retried.
+fn redirect_value(v: &Value) -> bool {
+    matches!(v, Value::ServerError(e) if e.kind().is_some_and(redirect_kind))
+}
+
+/// What a direct attempt's result means: `Some` to answer with, or None to send the request
+/// again through the cluster client (the map forgotten, and the connection if it failed).
+fn settle<T>(
+    groups: &NodeGroups,
+    addr: &str,
+    result: RedisResult<T>,
+    redirect: fn(&T) -> bool,
+) -> Option<RedisResult<T>> {
+    match result {
+        Ok(v) if redirect(&v) => {
+            groups.failed(addr, None);
+            None
+        }
+        Err(e) if needs_cluster(&e) => {
+            groups.failed(addr, Some(&e));
+            None
+        }
+        answer => {
+            groups.answered.increment(1);
+            Some(answer)
+        }
+    }
 }
 
 /// One command on a cluster: straight to its primary when the map knows it, else (or after a
@@ -429,19 +457,9 @@ pub(super) fn cluster_command<'a>(
         if let Some((addr, mut node)) =
             command_slot(cmd).and_then(|slot| groups.direct_to(slot, cluster))
         {
-            match node.req_packed_command(cmd).await {
-                Ok(Value::ServerError(e)) if e.kind().is_some_and(redirect_kind) => {
-                    groups.failed(&addr, None)
-                }
-                Ok(v) => {
-                    groups.answered.increment(1);
-                    return Ok(v);
-                }
-                Err(e) if needs_cluster(&e) => groups.failed(&addr, Some(&e)),
-                Err(e) => {
-                    groups.answered.increment(1);
-                    return Err(e);
-                }
+            let sent = node.req_packed_command(cmd).await;
+            if let Some(answer) = settle(groups, &addr, sent, redirect_value) {
+                return answer;
             }
         }
         cluster.req_packed_command(cmd).await
@@ -460,17 +478,10 @@ pub(super) fn cluster_pipeline<'a>(
         if let Some((addr, mut node)) =
             pipeline_slot(pipe).and_then(|slot| groups.direct_to(slot, cluster))
         {
-            match node.req_packed_commands(pipe, offset, count).await {
-                Ok(values) if redirected(&values) => groups.failed(&addr, None),
-                Ok(values) => {
-                    groups.answered.increment(1);
-                    return Ok(values);
-                }
-                Err(e) if needs_cluster(&e) => groups.failed(&addr, Some(&e)),
-                Err(e) => {
-                    groups.answered.increment(1);
-                    return Err(e);
-                }
+            let sent = node.req_packed_commands(pipe, offset, count).await;
+            let redirected = |values: &Vec<Value>| values.iter().any(redirect_value);
+            if let Some(answer) = settle(groups, &addr, sent, redirected) {
+                return answer;
             }
         }
         cluster.req_packed_commands(pipe, offset, count).await
@@ -510,7 +521,9 @@ pub async fn read_grouped(
                         let r = node.req_packed_commands(&pipe, 0, idx.len()).await;
                         match &r {
                             Err(e) => groups.failed(&addr, Some(e)),
-                            Ok(values) if redirected(values) => groups.failed(&addr, None),
+                            Ok(values) if values.iter().any(redirect_value) => {
+                                groups.failed(&addr, None)
+                            }
                             Ok(_) => groups.answered.increment(1),
                         }
                         r
