@@ -35,8 +35,9 @@ pub const ADMISSION_FENCED: &str = "waitroom_admission_fenced_total";
 /// Requests answered 503 because Redis could not answer.
 pub const REDIS_UNAVAILABLE: &str = "waitroom_redis_unavailable_total";
 /// Commands and pipelines sent over a direct connection to their primary
-/// (`WAITROOM_REDIS_DIRECT`), by `outcome`: `answered` there, or `sent_again` through the
-/// cluster client after a redirect or a connection fault (failovers, slot moves).
+/// (`WAITROOM_REDIS_DIRECT`), by `addr` (the primary) and `outcome`: `answered` there,
+/// `sent_again` through the cluster client after a redirect or a connection fault (failovers,
+/// slot moves), or `timed_out` (answered with the timeout, as the cluster client would).
 pub const REDIS_DIRECT: &str = "waitroom_redis_direct_requests_total";
 /// |shown − exact| position of sampled waiting people, by `strategy`: `statistical` (estimates)
 /// and `global_counter` (counted positions); `timestamp` is exact by construction.

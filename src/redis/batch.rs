@@ -17,14 +17,14 @@
 //! primary, and a command whose slot [`command_slot`] can tell goes straight to it: one hop
 //! instead of two, and concurrent requests still share one socket per node. The cluster client
 //! stays the authority for the rest: a command without a known slot, a node not connected, and
-//! every failure the cluster client answers by retrying (a broken or timed-out connection,
-//! MOVED, ASK, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, READONLY, LOADING). Such a command is sent again
+//! every failure the cluster client answers by retrying (a broken connection, MOVED, ASK,
+//! TRYAGAIN, CLUSTERDOWN, MASTERDOWN, READONLY, LOADING). Such a command is sent again
 //! through the cluster client, which follows redirects, refreshes its own map and retries as
 //! before, while the map here is dropped and read again in the background (a failed node's
 //! connection with it). A failover costs each request in flight at most one extra attempt,
 //! within the same per-command bound (`super::bounded`). As with the cluster client's own
-//! retries, a write whose answer was lost with its connection may be sent twice; the scripts
-//! that write are idempotent per ticket or guarded by their own checks. A pipeline is sent again
+//! retries, a write whose answer was lost with its connection may be sent twice. A timeout is
+//! answered, not sent again, as the cluster client does ([`settle`]). A pipeline is sent again
 //! whole; the service's pipelines are all reads.
 //!
 //! A stale map can only put a key in the wrong group. Redis then answers MOVED for that key, and
@@ -58,10 +58,30 @@ const RETRY_AFTER: Duration = Duration::from_millis(250);
 /// No primary (more than 254 primaries, or a slot nobody claims).
 const NONE: u8 = u8::MAX;
 
+/// A primary's address and its direct requests' counters (`addr` label).
+pub(super) struct NodeHandles {
+    /// `host:port`, as `CLUSTER SLOTS` names it.
+    addr: String,
+    answered: metrics::Counter,
+    sent_again: metrics::Counter,
+    timed_out: metrics::Counter,
+}
+
+impl NodeHandles {
+    fn new(addr: String) -> Self {
+        let counter = |outcome: &'static str| metrics::counter!(telemetry::REDIS_DIRECT, "outcome" => outcome, "addr" => addr.clone());
+        NodeHandles {
+            answered: counter("answered"),
+            sent_again: counter("sent_again"),
+            timed_out: counter("timed_out"),
+            addr,
+        }
+    }
+}
+
 /// One primary of the map.
 struct Node {
-    /// `host:port`, as `CLUSTER SLOTS` names it.
-    addr: Arc<str>,
+    handles: Arc<NodeHandles>,
     /// Its direct connection, when direct connections are on and it answered.
     conn: Option<MultiplexedConnection>,
 }
@@ -88,7 +108,7 @@ impl Map {
                 }
             }
             nodes.push(Node {
-                addr: addr.into(),
+                handles: Arc::new(NodeHandles::new(addr)),
                 conn,
             });
         }
@@ -122,9 +142,6 @@ pub struct NodeGroups {
     direct: Option<DirectTo>,
     /// Direct connections by address, kept from one read of the map to the next.
     open: Mutex<HashMap<String, MultiplexedConnection>>,
-    /// Direct requests answered by their node, and sent again through the cluster client.
-    answered: metrics::Counter,
-    sent_again: metrics::Counter,
 }
 
 impl NodeGroups {
@@ -139,8 +156,6 @@ impl NodeGroups {
                 cfg,
             }),
             open: Mutex::new(HashMap::new()),
-            answered: metrics::counter!(telemetry::REDIS_DIRECT, "outcome" => "answered"),
-            sent_again: metrics::counter!(telemetry::REDIS_DIRECT, "outcome" => "sent_again"),
         }
     }
 
@@ -226,7 +241,7 @@ impl NodeGroups {
         self: &Arc<Self>,
         slot: u16,
         cluster: &ClusterConnection,
-    ) -> Option<(Arc<str>, MultiplexedConnection)> {
+    ) -> Option<(Arc<NodeHandles>, MultiplexedConnection)> {
         self.direct.as_ref()?;
         let (stale, found) = {
             let map = self.map.read().expect("slot map");
@@ -236,7 +251,7 @@ impl NodeGroups {
                     m.read_at.elapsed() >= MAP_TTL,
                     m.node_of(slot).and_then(|i| {
                         let node = &m.nodes[i];
-                        node.conn.clone().map(|c| (node.addr.clone(), c))
+                        node.conn.clone().map(|c| (node.handles.clone(), c))
                     }),
                 ),
             }
@@ -245,10 +260,9 @@ impl NodeGroups {
         found
     }
 
-    /// A direct attempt failed in a way the cluster client handles: forget the map, and the
-    /// node's connection too if the connection itself failed, so both are made anew.
+    /// A direct attempt met a redirect or a fault: forget the map, and the node's connection
+    /// too if the connection itself failed, so both are made anew.
     fn failed(&self, addr: &str, err: Option<&RedisError>) {
-        self.sent_again.increment(1);
         if err.is_some_and(|e| !matches!(e.kind(), ErrorKind::Server(_))) {
             self.open.lock().expect("slot map").remove(addr);
         }
@@ -298,7 +312,7 @@ impl NodeGroups {
 /// Commands bound for one node.
 struct Group {
     idx: Vec<usize>,
-    direct: Option<(Arc<str>, MultiplexedConnection)>,
+    direct: Option<(Arc<NodeHandles>, MultiplexedConnection)>,
 }
 
 /// Groups command indices by node; commands whose slot no primary claims get a group each.
@@ -314,7 +328,7 @@ fn group(map: Option<&Map>, slots: &[u16]) -> Vec<Group> {
         .map(|(node, idx)| Group {
             direct: map
                 .and_then(|m| m.nodes.get(node))
-                .and_then(|n| n.conn.clone().map(|c| (n.addr.clone(), c))),
+                .and_then(|n| n.conn.clone().map(|c| (n.handles.clone(), c))),
             idx,
         })
         .collect()
@@ -424,23 +438,36 @@ fn redirect_value(v: &Value) -> bool {
 
 /// What a direct attempt's result means: `Some` to answer with, or None to send the request
 /// again through the cluster client (the map forgotten, and the connection if it failed).
+///
+/// A timeout is answered, not sent again: the cluster client does not retry one either (its
+/// whole-request timeout is the response timeout), and a write that timed out may still run on
+/// its node. The map and the connection are forgotten all the same, so the next requests go
+/// through the cluster client until the map is read again (a frozen primary replaced by its
+/// replica is then left behind).
 fn settle<T>(
     groups: &NodeGroups,
-    addr: &str,
+    node: &NodeHandles,
     result: RedisResult<T>,
     redirect: fn(&T) -> bool,
 ) -> Option<RedisResult<T>> {
     match result {
         Ok(v) if redirect(&v) => {
-            groups.failed(addr, None);
+            node.sent_again.increment(1);
+            groups.failed(&node.addr, None);
             None
         }
+        Err(e) if e.is_timeout() => {
+            node.timed_out.increment(1);
+            groups.failed(&node.addr, Some(&e));
+            Some(Err(e))
+        }
         Err(e) if needs_cluster(&e) => {
-            groups.failed(addr, Some(&e));
+            node.sent_again.increment(1);
+            groups.failed(&node.addr, Some(&e));
             None
         }
         answer => {
-            groups.answered.increment(1);
+            node.answered.increment(1);
             Some(answer)
         }
     }
@@ -454,11 +481,11 @@ pub(super) fn cluster_command<'a>(
     cmd: &'a Cmd,
 ) -> RedisFuture<'a, Value> {
     Box::pin(async move {
-        if let Some((addr, mut node)) =
+        if let Some((handles, mut node)) =
             command_slot(cmd).and_then(|slot| groups.direct_to(slot, cluster))
         {
             let sent = node.req_packed_command(cmd).await;
-            if let Some(answer) = settle(groups, &addr, sent, redirect_value) {
+            if let Some(answer) = settle(groups, &handles, sent, redirect_value) {
                 return answer;
             }
         }
@@ -475,12 +502,12 @@ pub(super) fn cluster_pipeline<'a>(
     count: usize,
 ) -> RedisFuture<'a, Vec<Value>> {
     Box::pin(async move {
-        if let Some((addr, mut node)) =
+        if let Some((handles, mut node)) =
             pipeline_slot(pipe).and_then(|slot| groups.direct_to(slot, cluster))
         {
             let sent = node.req_packed_commands(pipe, offset, count).await;
             let redirected = |values: &Vec<Value>| values.iter().any(redirect_value);
-            if let Some(answer) = settle(groups, &addr, sent, redirected) {
+            if let Some(answer) = settle(groups, &handles, sent, redirected) {
                 return answer;
             }
         }
@@ -517,16 +544,16 @@ pub async fn read_grouped(
                     pipe.add_command(cmds[*i].1.clone());
                 }
                 let sent = match batch.direct {
-                    Some((addr, mut node)) => {
-                        let r = node.req_packed_commands(&pipe, 0, idx.len()).await;
-                        match &r {
-                            Err(e) => groups.failed(&addr, Some(e)),
-                            Ok(values) if values.iter().any(redirect_value) => {
-                                groups.failed(&addr, None)
-                            }
-                            Ok(_) => groups.answered.increment(1),
-                        }
-                        r
+                    Some((handles, mut node)) => {
+                        let sent = node.req_packed_commands(&pipe, 0, idx.len()).await;
+                        let redirected = |values: &Vec<Value>| values.iter().any(redirect_value);
+                        // None: a redirect or a fault; the commands go one by one below.
+                        settle(groups, &handles, sent, redirected).unwrap_or_else(|| {
+                            Err(RedisError::from((
+                                ErrorKind::Client,
+                                "sent again one by one",
+                            )))
+                        })
                     }
                     None => {
                         let route = SingleNodeRoutingInfo::SpecificNode(Route::new(

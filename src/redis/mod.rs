@@ -396,7 +396,13 @@ async fn slot_owners(
         };
         let addr = match (node.first(), node.get(1)) {
             (Some(Value::BulkString(h)), Some(Value::Int(p))) => {
-                format!("{}:{p}", String::from_utf8_lossy(h))
+                let host = String::from_utf8_lossy(h);
+                // An IPv6 address is written in brackets, as in a URL.
+                if host.contains(':') {
+                    format!("[{host}]:{p}")
+                } else {
+                    format!("{host}:{p}")
+                }
             }
             _ => continue,
         };

@@ -56,17 +56,26 @@ pub fn parse_cluster_nodes(text: &str) -> Vec<String> {
     out
 }
 
-/// The `host:port` part of a Redis URL (`redis://[user:pass@]host:port[/db]`).
+/// Where the `host:port` part of a Redis URL (`redis://[user:pass@]host:port[/db][?opts]`) sits.
+fn authority(url: &str) -> std::ops::Range<usize> {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| start + i);
+    let start = url[start..end].rfind('@').map_or(start, |i| start + i + 1);
+    start..end
+}
+
+/// The `host:port` part of a Redis URL.
 fn host_port(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
-    rest.split('/').next().unwrap_or(rest)
+    &url[authority(url)]
 }
 
 /// `url` with its `host:port` replaced by `addr`: scheme, credentials and options are kept, so
 /// a TLS deployment with AUTH is read the way the service connects to it.
 pub(super) fn url_for(url: &str, addr: &str) -> String {
-    url.replacen(host_port(url), addr, 1)
+    let at = authority(url);
+    format!("{}{addr}{}", &url[..at.start], &url[at.end..])
 }
 
 /// One node's figures, from `INFO` and `SLOWLOG LEN`.
@@ -232,6 +241,19 @@ mod tests {
     #[test]
     fn node_urls_keep_scheme_and_credentials() {
         assert_eq!(host_port("redis://127.0.0.1:7000"), "127.0.0.1:7000");
+        // The scheme's own text is never taken for the host, and options are kept.
+        assert_eq!(
+            url_for("redis://redis", "10.0.0.2:6379"),
+            "redis://10.0.0.2:6379"
+        );
+        assert_eq!(
+            url_for("redis://h:1?protocol=resp3", "[::1]:7000"),
+            "redis://[::1]:7000?protocol=resp3"
+        );
+        assert_eq!(
+            url_for("rediss://u:p@w@h:1#insecure", "h2:2"),
+            "rediss://u:p@w@h2:2#insecure"
+        );
         assert_eq!(
             url_for("rediss://:secret@10.0.0.1:6379/0", "10.0.0.2:6379"),
             "rediss://:secret@10.0.0.2:6379/0"

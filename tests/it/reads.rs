@@ -227,25 +227,79 @@ async fn exact_line(app: &TestApp) -> (String, Vec<String>) {
     (ev, tickets)
 }
 
+/// The sum of `waitroom_redis_direct_requests_total` series with `outcome` in a rendering.
+fn direct_total(rendered: &str, outcome: &str) -> f64 {
+    let label = format!(r#"outcome="{outcome}""#);
+    rendered
+        .lines()
+        .filter(|l| l.starts_with("waitroom_redis_direct_requests_total{") && l.contains(&label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 #[tokio::test]
-async fn with_direct_connections_a_poll_goes_straight_to_the_primaries_and_stays_exact() {
-    let app = spawn_app_with(|c| c.redis.direct = true).await;
-    let (ev, tickets) = exact_line(&app).await;
-    // The map is read in the background after the first requests: from then on, every poll's
-    // reads (its own shard's pipeline and one pipeline per other primary) go direct.
-    let before = direct_requests(&app, "answered").await;
-    for (i, t) in tickets.iter().enumerate() {
-        assert_eq!(app.poll_ok(&ev, t).await["position"], json!(i + 1));
+async fn with_direct_connections_each_poll_is_answered_by_its_primary_directly() {
+    // A queue over its own store, with no admission running: every direct request counted
+    // below is a poll's. A `statistical` poll is one pipeline of its own shard's reads (no
+    // grouped reads), so if commands were not routed directly the count would not move.
+    use waitroom::ids::{EventId, Ticket, UserId};
+    use waitroom::queue::event::EventPatch;
+    let metrics = waitroom::telemetry::metrics_handle();
+    let mut cfg = crate::common::test_config(&unique("t"));
+    cfg.redis.direct = true;
+    let store = waitroom::redis::Store::connect(&cfg.redis).await.unwrap();
+    let queue = waitroom::queue::Queue::new(store.clone(), waitroom::auth::Signer::new("direct"));
+    let mut lines = Vec::new();
+    for strategy in ["timestamp", "statistical"] {
+        let ev = EventId::parse(&unique("e")).unwrap();
+        let patch = EventPatch {
+            shards: Some(8),
+            admit_per_second: Some(0.0),
+            strategy: Some(strategy.parse().unwrap()),
+            ..Default::default()
+        };
+        queue.put_event(&ev, &patch).await.unwrap();
+        let mut tickets = Vec::new();
+        for i in 0..30 {
+            let user = UserId::parse(&format!("u{i}")).unwrap();
+            let status = queue.enter(&ev, &user).await.unwrap();
+            tickets.push(Ticket::parse(&status.ticket).unwrap());
+        }
+        lines.push((ev, tickets));
     }
-    let after = direct_requests(&app, "answered").await;
+    // The map, and the connections with it, are read in the background after the first use.
+    let groups = store.node_groups().expect("a cluster has a slot map");
+    let (ts, ts_tickets) = &lines[0];
+    eventually(Duration::from_secs(10), "the slot map", || async {
+        queue.poll(ts, &ts_tickets[0]).await.unwrap();
+        (groups.primaries() == Some(3)).then_some(())
+    })
+    .await;
+    // Exact positions, with the other shards' counts read over the direct connections.
+    for (i, t) in ts_tickets.iter().enumerate() {
+        let status = queue.poll(ts, t).await.unwrap();
+        assert_eq!(status.position, Some(i as u64 + 1), "ticket {i}");
+    }
+    let (st, st_tickets) = &lines[1];
+    let before = direct_total(&metrics.render(), "answered");
+    for t in st_tickets {
+        queue.poll(st, t).await.unwrap();
+    }
+    let after = direct_total(&metrics.render(), "answered");
     assert!(
-        after - before >= 30.0 * 2.0,
-        "30 polls of 8 shards over 3 primaries answered directly: {before} -> {after}"
+        after - before >= 30.0,
+        "30 statistical polls, each a pipeline answered directly: {before} -> {after}"
+    );
+    let rendered = metrics.render();
+    assert_eq!(
+        direct_total(&rendered, "sent_again"),
+        0.0,
+        "a steady cluster"
     );
     assert_eq!(
-        direct_requests(&app, "sent_again").await,
+        direct_total(&rendered, "timed_out"),
         0.0,
-        "nothing was redirected on a steady cluster"
+        "a steady cluster"
     );
 }
 
