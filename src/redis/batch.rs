@@ -119,6 +119,11 @@ impl Map {
         }
     }
 
+    /// True once the map is older than [`MAP_TTL`]: time to read it again.
+    fn is_stale(&self) -> bool {
+        self.read_at.elapsed() >= MAP_TTL
+    }
+
     fn node_of(&self, slot: u16) -> Option<usize> {
         match self.owner.get(usize::from(slot)) {
             Some(&i) if i != NONE => Some(usize::from(i)),
@@ -210,7 +215,7 @@ impl NodeGroups {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect_timeout))
             .set_response_timeout(Some(Duration::from_millis(to.cfg.response_timeout_ms)));
-        let client = super::client(&super::nodes::url_for(&to.seed, addr), &to.cfg).ok()?;
+        let client = super::nodes::node_client(&to.seed, addr, &to.cfg).ok()?;
         let made = tokio::time::timeout(
             connect_timeout * 2,
             client.get_multiplexed_async_connection_with_config(&config),
@@ -248,7 +253,7 @@ impl NodeGroups {
             match map.as_ref() {
                 None => (true, None),
                 Some(m) => (
-                    m.read_at.elapsed() >= MAP_TTL,
+                    m.is_stale(),
                     m.node_of(slot).and_then(|i| {
                         let node = &m.nodes[i];
                         node.conn.clone().map(|c| (node.handles.clone(), c))
@@ -301,7 +306,7 @@ impl NodeGroups {
     fn group(self: &Arc<Self>, slots: &[u16], cluster: &ClusterConnection) -> Vec<Group> {
         let (stale, groups) = {
             let map = self.map.read().expect("slot map");
-            let stale = map.as_ref().is_none_or(|m| m.read_at.elapsed() >= MAP_TTL);
+            let stale = map.as_ref().is_none_or(Map::is_stale);
             (stale, group(map.as_ref(), slots))
         };
         self.refresh_if_due(stale, cluster);

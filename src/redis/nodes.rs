@@ -73,9 +73,19 @@ fn host_port(url: &str) -> &str {
 
 /// `url` with its `host:port` replaced by `addr`: scheme, credentials and options are kept, so
 /// a TLS deployment with AUTH is read the way the service connects to it.
-pub(super) fn url_for(url: &str, addr: &str) -> String {
+fn url_for(url: &str, addr: &str) -> String {
     let at = authority(url);
     format!("{}{addr}{}", &url[..at.start], &url[at.end..])
+}
+
+/// A client for the node at `addr` (`host:port`), connecting as the seed URL does: its scheme,
+/// credentials and options, and the configured AUTH and CA.
+pub(super) fn node_client(
+    seed: &str,
+    addr: &str,
+    cfg: &RedisConfig,
+) -> anyhow::Result<redis::Client> {
+    super::client(&url_for(seed, addr), cfg)
 }
 
 /// One node's figures, from `INFO` and `SLOWLOG LEN`.
@@ -159,7 +169,7 @@ async fn read_node(
 ) -> anyhow::Result<(NodeInfo, u64)> {
     let read = async {
         if !conns.contains_key(addr) {
-            let client = super::client(&url_for(seed, addr), cfg)?;
+            let client = node_client(seed, addr, cfg)?;
             conns.insert(
                 addr.to_owned(),
                 client.get_multiplexed_async_connection().await?,
