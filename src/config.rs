@@ -202,6 +202,16 @@ pub struct RedisConfig {
         action = clap::ArgAction::Set
     )]
     pub tcp_nodelay: bool,
+    /// Tickets whose score in their shard each instance remembers (0: none), so that an exact
+    /// `timestamp` position reads its own shard and counts the other shards in one round trip
+    /// instead of two; every remembered score is checked by the same round's own-shard read
+    /// (docs/architecture.md, "One round trip per exact position"). ~40 bytes per entry.
+    #[arg(
+        long = "redis-score-cache-entries",
+        env = "WAITROOM_REDIS_SCORE_CACHE_ENTRIES",
+        default_value_t = 1 << 20
+    )]
+    pub score_cache_entries: usize,
     /// Password for Redis AUTH (ElastiCache's AUTH token), unless the node URLs carry one.
     #[arg(
         id = "redis_password",

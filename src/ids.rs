@@ -153,6 +153,11 @@ impl Ticket {
         (self.0.as_u128() % 1_000_000) as f64 / 1_000_000.0
     }
 
+    /// The ticket's 128 bits.
+    pub fn as_u128(self) -> u128 {
+        self.0.as_u128()
+    }
+
     /// Hyphenated lowercase form: the sorted-set member and the wire form.
     pub fn to_member(self) -> String {
         self.0.hyphenated().to_string()

@@ -57,7 +57,10 @@ impl Services {
     /// first use) and the Kafka producer, for `serve`, `ledger` and `reconcile`.
     pub async fn connect(config: &Config, token_secret: &str) -> anyhow::Result<Self> {
         let store = Store::connect(&config.redis).await?;
-        let queue = Arc::new(Queue::new(store.clone(), Signer::new(token_secret)));
+        let queue = Arc::new(
+            Queue::new(store.clone(), Signer::new(token_secret))
+                .with_score_cache(config.redis.score_cache_entries),
+        );
         let db = PgPoolOptions::new()
             .max_connections(config.db.connections)
             .acquire_timeout(Duration::from_secs(2))

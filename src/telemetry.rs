@@ -42,6 +42,10 @@ pub const REDIS_DIRECT: &str = "waitroom_redis_direct_requests_total";
 /// |shown − exact| position of sampled waiting people, by `strategy`: `statistical` (estimates)
 /// and `global_counter` (counted positions); `timestamp` is exact by construction.
 pub const POSITION_ERROR: &str = "waitroom_position_error";
+/// Positions whose other reads went out in the same round as the own shard's, by `outcome`:
+/// `used` (one round trip), `unused` (read for another score or for nobody waiting) and
+/// `no_guess` (a `timestamp` position with no remembered score: two round trips).
+pub const POSITION_PREFETCH: &str = "waitroom_position_prefetch_total";
 /// Redis commands one poll of a waiting person sent to find its position (round trips, counted
 /// where they are sent; the occasional record of the poll is not one of them), by the
 /// `strategy` that computed the position.

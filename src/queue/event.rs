@@ -13,7 +13,7 @@ use redis::AsyncCommands as _;
 use serde::{Deserialize, Serialize};
 use waitroom_strategies::StrategyKind;
 
-use super::QueueError;
+use super::{Prefetch, QueueError};
 use crate::ids::EventId;
 use crate::redis::keys::{stats, Keys, ShardKeys};
 use crate::redis::RedisConn;
@@ -306,6 +306,8 @@ pub struct EventMetrics {
     pub polls: metrics::Counter,
     /// `waitroom_redis_commands_per_poll{strategy}`, by the strategy that computed a position.
     commands_per_poll: [metrics::Histogram; 4],
+    /// `waitroom_position_prefetch_total{outcome}`: used, unused, no_guess.
+    prefetch: [metrics::Counter; 3],
 }
 
 impl EventMetrics {
@@ -321,7 +323,14 @@ impl EventMetrics {
                 per_poll(StrategyKind::Statistical),
                 per_poll(StrategyKind::Hybrid),
             ],
+            prefetch: [Prefetch::Used, Prefetch::Unused, Prefetch::NoGuess]
+                .map(|p| metrics::counter!(telemetry::POSITION_PREFETCH, "outcome" => p.as_str())),
         }
+    }
+
+    /// The prefetch counter of `outcome`.
+    pub fn prefetch(&self, outcome: Prefetch) -> &metrics::Counter {
+        &self.prefetch[outcome as usize]
     }
 
     /// The commands-per-poll histogram of `strategy`.

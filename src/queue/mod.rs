@@ -11,6 +11,7 @@
 
 pub mod admission;
 pub mod event;
+pub mod scores;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -139,6 +140,8 @@ pub struct Queue {
     events: EventStore,
     signer: Signer,
     clock: ArrivalClock,
+    /// Tickets' scores as this instance last read them, for one-round `timestamp` positions.
+    scores: scores::ScoreCache,
 }
 
 impl Queue {
@@ -149,7 +152,15 @@ impl Queue {
             store,
             signer,
             clock: ArrivalClock::default(),
+            scores: scores::ScoreCache::new(scores::DEFAULT_ENTRIES),
         }
+    }
+
+    /// This queue remembering at most `entries` tickets' scores (0: none; every `timestamp`
+    /// position then takes two round trips). See [`scores`].
+    pub fn with_score_cache(mut self, entries: usize) -> Self {
+        self.scores = scores::ScoreCache::new(entries);
+        self
     }
 
     /// The shared Redis store.
@@ -202,7 +213,7 @@ impl Queue {
         if ev.sold_out {
             // The line has stopped: say so at once instead of queueing people for nothing. Someone
             // already admitted keeps their session (and token) though.
-            return match self.locate(&ev, &ticket, None).await {
+            return match self.locate(&ev, &ticket, None, false).await {
                 Ok(admitted @ Standing::Admitted { .. }) => {
                     Ok(self.view(event, &ev, ticket, admitted))
                 }
@@ -222,7 +233,7 @@ impl Queue {
             }
             _ => {
                 self.repairing(event, &ev.config, || {
-                    self.locate(&ev, &ticket, Some(arrival))
+                    self.locate(&ev, &ticket, Some(arrival), true)
                 })
                 .await?
             }
@@ -249,7 +260,7 @@ impl Queue {
         let ev = self.events.get(&mut conn, event).await?;
         ev.metrics.polls.increment(1);
         let standing = self
-            .repairing(event, &ev.config, || self.locate(&ev, ticket, None))
+            .repairing(event, &ev.config, || self.locate(&ev, ticket, None, true))
             .await?;
         let standing = match standing {
             Standing::Waiting {
@@ -307,7 +318,8 @@ impl Queue {
         ev: &Event,
         ticket: &Ticket,
     ) -> Result<Standing, QueueError> {
-        match self.locate(ev, ticket, None).await {
+        // Most who enter are not in the line yet: nothing to prefetch for the look.
+        match self.locate(ev, ticket, None, false).await {
             Err(QueueError::UnknownTicket) => {
                 let number: u64 = self
                     .store
@@ -317,7 +329,7 @@ impl Queue {
                     .arg(ev.config.counter_start.saturating_sub(1))
                     .invoke_async(&mut self.store.conn())
                     .await?;
-                self.locate(ev, ticket, Some(number)).await
+                self.locate(ev, ticket, Some(number), true).await
             }
             other => other,
         }
@@ -325,21 +337,25 @@ impl Queue {
 
     /// Where `ticket` stands: `enter.lua` when `arrival` is given (joining the line with that
     /// score if not in it), else the read of [`Queue::read_shard`]; then the position by the
-    /// event's strategy.
+    /// event's strategy. The reads the position will need that do not depend on the own shard's
+    /// answer, or whose input can be guessed (the arrival given, or the score this instance last
+    /// read), go out in the same round ([`Queue::prefetch`]) when `prefetch` is set.
     async fn locate(
         &self,
         ev: &Event,
         ticket: &Ticket,
         arrival: Option<u64>,
+        prefetch: bool,
     ) -> Result<Standing, QueueError> {
         let cfg = &ev.config;
         // Formatted once: the shard, the script or the read all take the member.
         let member = ticket.to_member();
         let shard = Self::shard_of_member(cfg, &member);
         let k = &ev.shard_keys[shard];
-        let reply = match arrival {
-            Some(score) => {
-                self.store
+        let own = async {
+            match arrival {
+                Some(score) => self
+                    .store
                     .scripts()
                     .enter
                     .key(&k.waiting)
@@ -351,18 +367,75 @@ impl Queue {
                     .arg(cfg.active_ttl_seconds * 1000)
                     .arg(horizon(cfg))
                     .invoke_async::<ShardStanding>(&mut self.store.conn())
-                    .await?
+                    .await
+                    .map_err(QueueError::from),
+                None => self.read_shard(cfg, k, &member).await,
             }
-            None => self.read_shard(cfg, k, &member).await?,
         };
-        match reply {
-            ShardStanding::Admitted { admitted_at_ms } => Ok(Standing::Admitted { admitted_at_ms }),
+        let remembers = matches!(cfg.strategy, StrategyKind::Timestamp | StrategyKind::Hybrid);
+        let remembered = match remembers && prefetch {
+            true => self.scores.get(ticket),
+            false => None,
+        };
+        let guess = arrival.map(|score| score as f64).or(remembered);
+        let ahead = async {
+            match prefetch {
+                true => self.prefetch(ev, shard, guess).await,
+                false => Ahead::Nothing,
+            }
+        };
+        let (reply, ahead) = futures::join!(own, ahead);
+        match reply? {
+            ShardStanding::Admitted { admitted_at_ms } => {
+                ahead.unused(ev);
+                Ok(Standing::Admitted { admitted_at_ms })
+            }
             ShardStanding::Waiting {
                 score,
                 rank,
                 shard_size,
-            } => self.waiting(ev, shard, score, rank, shard_size).await,
-            ShardStanding::Unknown => Err(QueueError::UnknownTicket),
+            } => {
+                if remembers && remembered != Some(score) {
+                    self.scores.put(ticket, score);
+                }
+                self.waiting(ev, shard, score, rank, shard_size, ahead)
+                    .await
+            }
+            ShardStanding::Unknown => {
+                ahead.unused(ev);
+                Err(QueueError::UnknownTicket)
+            }
+        }
+    }
+
+    /// The reads of a position that can go out with the own shard's, by the event's effective
+    /// strategy: under `timestamp`, the other shards' counts ahead of `guess` (the score the
+    /// person is expected to have); under `global_counter` with a counter range, the leader's
+    /// figures. A failed prefetch is not an error: the position reads again what it needs.
+    async fn prefetch(&self, ev: &Event, shard: usize, guess: Option<f64>) -> Ahead {
+        match ev.effective_strategy() {
+            StrategyKind::Timestamp if ev.config.shards > 1 => match guess {
+                Some(score) => {
+                    match self
+                        .ahead_in_other_shards(&self.store.reads(), &ev.shard_keys, shard, score)
+                        .await
+                    {
+                        Ok(counts) => Ahead::Counts { score, counts },
+                        Err(_) => Ahead::Nothing,
+                    }
+                }
+                None => {
+                    ev.metrics.prefetch(Prefetch::NoGuess).increment(1);
+                    Ahead::Nothing
+                }
+            },
+            StrategyKind::GlobalCounter if ev.config.counter_start > 0 => {
+                match self.read_counter_figures(ev).await {
+                    Ok(figures) => Ahead::Figures(figures),
+                    Err(_) => Ahead::Nothing,
+                }
+            }
+            _ => Ahead::Nothing,
         }
     }
 
@@ -438,7 +511,8 @@ impl Queue {
     }
 
     /// The standing of someone waiting at `score` (rank `rank` of `shard_size` in their shard),
-    /// with the position computed by the event's effective strategy.
+    /// with the position computed by the event's effective strategy, from the reads prefetched
+    /// in `ahead` where they fit.
     async fn waiting(
         &self,
         ev: &Event,
@@ -446,16 +520,14 @@ impl Queue {
         score: f64,
         rank: u64,
         shard_size: u64,
+        ahead: Ahead,
     ) -> Result<Standing, QueueError> {
         let cfg = &ev.config;
         let counted = cfg.counter_start > 0 && score >= cfg.counter_start as f64;
         // Reads beyond the shard's own script, counted for the commands-per-poll metric.
         let mut reads = 0u32;
-        let replicas = self.store.reads();
-        let exact = |reads: &mut u32| {
-            *reads += cfg.shards - 1;
-            self.ahead_in_other_shards(&replicas, &ev.shard_keys, shard, score)
-        };
+        let mut ahead = Some(ahead);
+        let at = At { shard, score, rank };
         let (strategy, position) = match (ev.effective_strategy(), ev.waiting_total) {
             // One script on the own shard; the line's total from the leader's figures, corrected
             // by the own shard's change since they were published.
@@ -474,7 +546,7 @@ impl Queue {
                 if too_wide {
                     (
                         StrategyKind::Timestamp,
-                        timestamp::position(rank, &exact(&mut reads).await?),
+                        self.exact(ev, at, &mut ahead, &mut reads).await?,
                     )
                 } else {
                     (StrategyKind::Statistical, estimate)
@@ -483,7 +555,14 @@ impl Queue {
             (StrategyKind::GlobalCounter, _) => {
                 let published = if counted {
                     reads += 1;
-                    self.counter_figures(ev, score).await?
+                    let figures = match ahead.take() {
+                        Some(Ahead::Figures(figures)) => {
+                            ev.metrics.prefetch(Prefetch::Used).increment(1);
+                            figures
+                        }
+                        _ => self.read_counter_figures(ev).await?,
+                    };
+                    counter_figures(ev, figures, score)
                 } else {
                     None
                 };
@@ -493,16 +572,19 @@ impl Queue {
                     }
                     // People from before the counter range (or before the leader has
                     // published): counted exactly, as they drain first.
-                    None => timestamp::position(rank, &exact(&mut reads).await?),
+                    None => self.exact(ev, at, &mut ahead, &mut reads).await?,
                 };
                 (StrategyKind::GlobalCounter, position)
             }
             // Before the leader has published a total, count exactly (and say so).
             _ => (
                 StrategyKind::Timestamp,
-                timestamp::position(rank, &exact(&mut reads).await?),
+                self.exact(ev, at, &mut ahead, &mut reads).await?,
             ),
         };
+        if let Some(left) = ahead {
+            left.unused(ev);
+        }
         Ok(Standing::Waiting {
             position,
             strategy,
@@ -510,13 +592,35 @@ impl Queue {
         })
     }
 
-    /// The leader's per-tick figures for `global_counter` positions: people waiting from before
-    /// the counter range, and the first number still waiting. `None` when not (yet) usable.
-    async fn counter_figures(
+    /// The exact position of someone at `at`: the other shards' counts from `ahead` when they
+    /// were prefetched for this score, else read now.
+    async fn exact(
         &self,
         ev: &Event,
-        score: f64,
-    ) -> Result<Option<(u64, u64)>, QueueError> {
+        at: At,
+        ahead: &mut Option<Ahead>,
+        reads: &mut u32,
+    ) -> Result<u64, QueueError> {
+        *reads += ev.config.shards - 1;
+        let counts = match ahead.take() {
+            Some(Ahead::Counts { score, counts }) if score == at.score => {
+                ev.metrics.prefetch(Prefetch::Used).increment(1);
+                counts
+            }
+            other => {
+                if let Some(other) = other {
+                    other.unused(ev);
+                }
+                self.ahead_in_other_shards(&self.store.reads(), &ev.shard_keys, at.shard, at.score)
+                    .await?
+            }
+        };
+        Ok(timestamp::position(at.rank, &counts))
+    }
+
+    /// The leader's per-tick figures for `global_counter` positions, as stored: the counter
+    /// range they were taken for, people waiting from before it, the first number still waiting.
+    async fn read_counter_figures(&self, ev: &Event) -> Result<CounterFigures, QueueError> {
         let figures: [Option<String>; 3] = self
             .store
             .reads()
@@ -525,15 +629,7 @@ impl Queue {
                 &[stats::GC_START, stats::GC_CARRIED, stats::GC_FIRST],
             )
             .await?;
-        let [start, carried, first] = figures.map(|f| f.and_then(|v| v.parse::<u64>().ok()));
-        Ok(match (start, carried, first) {
-            (Some(start), Some(carried), Some(first))
-                if start == ev.config.counter_start && first as f64 <= score =>
-            {
-                Some((carried, first))
-            }
-            _ => None,
-        })
+        Ok(figures.map(|f| f.and_then(|v| v.parse::<u64>().ok())))
     }
 
     /// For each other shard (`keys`: every shard's, in order), how many wait ahead of a person
@@ -877,6 +973,73 @@ pub struct Advice {
 pub const POLL_MIN_MS: u64 = 1_000;
 /// See [`POLL_MIN_MS`].
 pub const POLL_MAX_MS: u64 = 10_000;
+
+/// Where someone waits: their shard, score and rank in it.
+#[derive(Debug, Clone, Copy)]
+struct At {
+    shard: usize,
+    score: f64,
+    rank: u64,
+}
+
+/// The leader's `global_counter` figures as stored: the counter range's first number they were
+/// taken for, people waiting from before the range, the first number still waiting.
+type CounterFigures = [Option<u64>; 3];
+
+/// The figures usable for a person at `score`: `(carried, first)`, or `None` when not (yet)
+/// published for the event's current range, or when the person is ahead of the first number.
+fn counter_figures(ev: &Event, figures: CounterFigures, score: f64) -> Option<(u64, u64)> {
+    match figures {
+        [Some(start), Some(carried), Some(first)]
+            if start == ev.config.counter_start && first as f64 <= score =>
+        {
+            Some((carried, first))
+        }
+        _ => None,
+    }
+}
+
+/// Reads of a position sent in the same round as the own shard's ([`Queue::prefetch`]).
+enum Ahead {
+    /// Nothing was prefetched.
+    Nothing,
+    /// The other shards' counts ahead of `score`, in shard order without the own shard.
+    Counts { score: f64, counts: Vec<u64> },
+    /// The leader's `global_counter` figures.
+    Figures(CounterFigures),
+}
+
+impl Ahead {
+    /// Counts a prefetch that went unused (the person's score was not the one guessed, or they
+    /// were not waiting).
+    fn unused(self, ev: &Event) {
+        if !matches!(self, Ahead::Nothing) {
+            ev.metrics.prefetch(Prefetch::Unused).increment(1);
+        }
+    }
+}
+
+/// How a position's prefetch went: `waitroom_position_prefetch_total{outcome}`.
+#[derive(Debug, Clone, Copy)]
+pub enum Prefetch {
+    /// Prefetched and used: the position took one round trip.
+    Used,
+    /// Prefetched for nothing: another score, or nobody waiting.
+    Unused,
+    /// A `timestamp` position with no score to guess (first read by this instance).
+    NoGuess,
+}
+
+impl Prefetch {
+    /// The `outcome` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Prefetch::Used => "used",
+            Prefetch::Unused => "unused",
+            Prefetch::NoGuess => "no_guess",
+        }
+    }
+}
 
 /// The poll interval: about a quarter of the expected wait, between 1 and 10 seconds, times a
 /// per-client `jitter` factor (0.8–1.2, derived from the ticket) so clients that entered in

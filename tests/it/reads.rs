@@ -21,6 +21,8 @@ async fn commands_per_poll(app: &TestApp, strategy: &str) -> (f64, f64) {
     (read("sum"), read("count"))
 }
 
+const PREFETCH: &str = "waitroom_position_prefetch_total";
+
 #[tokio::test]
 async fn a_poll_costs_n_commands_under_timestamp_two_under_global_counter_one_under_statistical() {
     let app = spawn_app().await;
@@ -52,10 +54,17 @@ async fn a_poll_costs_n_commands_under_timestamp_two_under_global_counter_one_un
         .await;
         tokio::time::sleep(Duration::from_millis(600)).await;
         let (sum0, count0) = commands_per_poll(&app, strategy).await;
+        let used0 = outcome_total(&app.metrics().await, PREFETCH, "used");
         for t in &tickets {
             assert_eq!(app.poll_ok(&ev, t).await["strategy"], strategy);
         }
         let (sum1, count1) = commands_per_poll(&app, strategy).await;
+        // The reads beyond the own shard went out with it (one round trip) where they can:
+        // the other shards' counts at the score remembered from the enter, the counter's
+        // figures; a `statistical` poll has nothing more to read.
+        let used = outcome_total(&app.metrics().await, PREFETCH, "used") - used0;
+        let expected_used = if strategy == "statistical" { 0.0 } else { 20.0 };
+        assert_eq!(used, expected_used, "{strategy}: prefetches used");
         assert_eq!(count1 - count0, 20.0, "{strategy}: 20 polls recorded");
         assert_eq!(
             (sum1 - sum0) / 20.0,
@@ -229,10 +238,16 @@ async fn exact_line(app: &TestApp) -> (String, Vec<String>) {
 
 /// The sum of `waitroom_redis_direct_requests_total` series with `outcome` in a rendering.
 fn direct_total(rendered: &str, outcome: &str) -> f64 {
+    outcome_total(rendered, "waitroom_redis_direct_requests_total", outcome)
+}
+
+/// The sum of the series of counter `name` with `outcome` in a rendering.
+fn outcome_total(rendered: &str, name: &str, outcome: &str) -> f64 {
     let label = format!(r#"outcome="{outcome}""#);
+    let start = format!("{name}{{");
     rendered
         .lines()
-        .filter(|l| l.starts_with("waitroom_redis_direct_requests_total{") && l.contains(&label))
+        .filter(|l| l.starts_with(&start) && l.contains(&label))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
@@ -309,4 +324,95 @@ async fn without_direct_connections_every_command_goes_through_the_cluster_clien
     exact_line(&app).await;
     assert_eq!(direct_requests(&app, "answered").await, 0.0);
     assert_eq!(direct_requests(&app, "sent_again").await, 0.0);
+}
+
+#[tokio::test]
+async fn a_remembered_score_makes_an_exact_position_one_round_trip_and_a_stale_one_costs_two() {
+    // Two instances over one cluster: `a` took everyone's enter (and remembers their scores),
+    // `b` has never seen them.
+    use waitroom::ids::{EventId, Ticket, UserId};
+    use waitroom::queue::event::EventPatch;
+    use waitroom::queue::Queue;
+    let metrics = waitroom::telemetry::metrics_handle();
+    let prefetches = |outcome: &str| outcome_total(&metrics.render(), PREFETCH, outcome);
+    let cfg = crate::common::test_config(&unique("t"));
+    let store = waitroom::redis::Store::connect(&cfg.redis).await.unwrap();
+    let signer = waitroom::auth::Signer::new("prefetch");
+    let a = Queue::new(store.clone(), signer.clone());
+    let b = Queue::new(store.clone(), signer.clone());
+    let ev = EventId::parse(&unique("e")).unwrap();
+    let patch = EventPatch {
+        shards: Some(8),
+        admit_per_second: Some(0.0),
+        strategy: Some("timestamp".parse().unwrap()),
+        ..Default::default()
+    };
+    a.put_event(&ev, &patch).await.unwrap();
+    let users: Vec<UserId> = (0..20)
+        .map(|i| UserId::parse(&format!("u{i}")).unwrap())
+        .collect();
+    let mut tickets = Vec::new();
+    for u in &users {
+        let status = a.enter(&ev, u).await.unwrap();
+        tickets.push(Ticket::parse(&status.ticket).unwrap());
+    }
+    let (used0, unused0, none0) = (
+        prefetches("used"),
+        prefetches("unused"),
+        prefetches("no_guess"),
+    );
+    for (i, t) in tickets.iter().enumerate() {
+        assert_eq!(a.poll(&ev, t).await.unwrap().position, Some(i as u64 + 1));
+    }
+    assert_eq!(
+        prefetches("used") - used0,
+        20.0,
+        "a remembers every score from the enters"
+    );
+    // b: the first poll of each has no score to guess and takes two rounds, then one.
+    for round in 0..2 {
+        for (i, t) in tickets.iter().enumerate() {
+            assert_eq!(
+                b.poll(&ev, t).await.unwrap().position,
+                Some(i as u64 + 1),
+                "b, round {round}, ticket {i}"
+            );
+        }
+    }
+    assert_eq!(prefetches("no_guess") - none0, 20.0, "b's first polls");
+    assert_eq!(
+        prefetches("used") - used0,
+        40.0,
+        "b's second polls used its scores"
+    );
+    // The first person leaves and comes back through `a`: a new score, at the back. `b` still
+    // remembers the old one; its guess is checked by the own shard's read, so the position is
+    // the new one, at the price of the second round.
+    a.leave(&ev, &tickets[0]).await.unwrap();
+    let back = a.enter(&ev, &users[0]).await.unwrap(); // its counts went out with the script
+    assert_eq!(back.ticket, tickets[0].to_string(), "the same ticket");
+    assert_eq!(back.position, Some(20));
+    assert_eq!(prefetches("unused") - unused0, 0.0);
+    assert_eq!(prefetches("used") - used0, 41.0);
+    assert_eq!(b.poll(&ev, &tickets[0]).await.unwrap().position, Some(20));
+    assert_eq!(
+        prefetches("unused") - unused0,
+        1.0,
+        "b's stale score was not used"
+    );
+    assert_eq!(b.poll(&ev, &tickets[0]).await.unwrap().position, Some(20));
+    assert_eq!(b.poll(&ev, &tickets[1]).await.unwrap().position, Some(1));
+    assert_eq!(
+        prefetches("used") - used0,
+        43.0,
+        "the enter's counts, then b's two polls with the new score"
+    );
+    // Without the cache every exact position takes its two rounds, and is the same.
+    let c = Queue::new(store.clone(), signer).with_score_cache(0);
+    let used1 = prefetches("used");
+    for (i, t) in tickets[1..].iter().enumerate() {
+        assert_eq!(c.poll(&ev, t).await.unwrap().position, Some(i as u64 + 1));
+        assert_eq!(c.poll(&ev, t).await.unwrap().position, Some(i as u64 + 1));
+    }
+    assert_eq!(prefetches("used"), used1, "nothing remembered");
 }

@@ -1,0 +1,131 @@
+//! Each waiting ticket's score in its shard as this instance last read it, so that a `timestamp`
+//! position needs one round trip instead of two.
+//!
+//! An exact position is the rank in the ticket's own shard plus, for every other shard, a count
+//! of those ahead of the ticket's score. Without the score the counts wait for the own shard's
+//! read; with a remembered score they go out in the same round, and the own shard's read
+//! (which returns the score anyway) confirms it. A score that does not match (the ticket left
+//! and came back, a shard count change moved it, another instance's entry) costs the second
+//! round it would have cost anyway: the cache is a guess that is always checked, never a source
+//! of a position.
+//!
+//! Bounded: `entries` in all, over [`STRIPES`] independently locked maps; a full stripe drops an
+//! entry to take a new one. Keyed by the ticket alone: a ticket is derived from (event, user), so
+//! two events never share one.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::ids::Ticket;
+
+/// The default bound: about 40 MB at most (a map entry is 24 bytes plus its control byte, at a
+/// load between 7/16 and 7/8).
+pub const DEFAULT_ENTRIES: usize = 1 << 20;
+
+/// Independently locked parts: a poll locks one for a lookup, so concurrent requests rarely
+/// meet on a lock.
+const STRIPES: usize = 64;
+
+/// Tickets' last read scores, bounded.
+pub struct ScoreCache {
+    stripes: Vec<Mutex<HashMap<u128, f64>>>,
+    per_stripe: usize,
+}
+
+impl ScoreCache {
+    /// A cache of at most `entries` scores (0 turns it off: every lookup misses).
+    pub fn new(entries: usize) -> Self {
+        ScoreCache {
+            stripes: (0..STRIPES).map(|_| Mutex::new(HashMap::new())).collect(),
+            per_stripe: entries.div_ceil(STRIPES),
+        }
+    }
+
+    fn stripe(&self, key: u128) -> &Mutex<HashMap<u128, f64>> {
+        // Tickets are HMAC output: any bits are as good as a hash of them.
+        &self.stripes[(key as usize) % STRIPES]
+    }
+
+    /// The score `ticket` last had, if remembered.
+    pub fn get(&self, ticket: &Ticket) -> Option<f64> {
+        if self.per_stripe == 0 {
+            return None;
+        }
+        let key = ticket.as_u128();
+        self.stripe(key)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .copied()
+    }
+
+    /// Remembers `score` for `ticket`.
+    pub fn put(&self, ticket: &Ticket, score: f64) {
+        if self.per_stripe == 0 {
+            return;
+        }
+        let key = ticket.as_u128();
+        let mut map = self.stripe(key).lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= self.per_stripe && !map.contains_key(&key) {
+            // Any entry will do: the one the map's order (by hash) offers first.
+            if let Some(old) = map.keys().next().copied() {
+                map.remove(&old);
+            }
+        }
+        map.insert(key, score);
+    }
+
+    /// Scores remembered now.
+    pub fn len(&self) -> usize {
+        self.stripes
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).len())
+            .sum()
+    }
+
+    /// True when nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ticket(i: u128) -> Ticket {
+        Ticket::from_uuid(uuid::Uuid::from_u128(
+            i.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835),
+        ))
+    }
+
+    #[test]
+    fn remembers_the_last_score_put() {
+        let cache = ScoreCache::new(1000);
+        assert_eq!(cache.get(&ticket(1)), None);
+        cache.put(&ticket(1), 5.0);
+        cache.put(&ticket(1), 7.0);
+        assert_eq!(cache.get(&ticket(1)), Some(7.0));
+        assert_eq!(cache.get(&ticket(2)), None);
+        assert_eq!(cache.len(), 1);
+    }
+
+    #[test]
+    fn never_holds_more_than_its_bound_and_keeps_taking_new_scores() {
+        let cache = ScoreCache::new(640);
+        for i in 0..10_000 {
+            cache.put(&ticket(i), i as f64);
+            assert_eq!(cache.get(&ticket(i)), Some(i as f64), "the newest is kept");
+        }
+        assert!(cache.len() <= 640, "{} entries", cache.len());
+        assert!(cache.len() >= 320, "{} entries: stripes fill", cache.len());
+    }
+
+    #[test]
+    fn zero_entries_remembers_nothing() {
+        let cache = ScoreCache::new(0);
+        cache.put(&ticket(1), 1.0);
+        assert_eq!(cache.get(&ticket(1)), None);
+        assert!(cache.is_empty());
+    }
+}
