@@ -205,7 +205,7 @@ pub struct RedisConfig {
     /// Tickets whose score in their shard each instance remembers (0: none), so that an exact
     /// `timestamp` position reads its own shard and counts the other shards in one round trip
     /// instead of two; every remembered score is checked by the same round's own-shard read
-    /// (docs/architecture.md, "One round trip per exact position"). ~40 bytes per entry.
+    /// (docs/architecture.md, "One round trip per exact position"). 38–75 bytes per entry.
     #[arg(
         long = "redis-score-cache-entries",
         env = "WAITROOM_REDIS_SCORE_CACHE_ENTRIES",

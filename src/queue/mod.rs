@@ -377,15 +377,29 @@ impl Queue {
             true => self.scores.get(ticket),
             false => None,
         };
-        let guess = arrival.map(|score| score as f64).or(remembered);
+        // A remembered score first: entering again keeps the stored score (`ZADD NX`).
+        let guess = remembered.or(arrival.map(|score| score as f64));
         let ahead = async {
             match prefetch {
                 true => self.prefetch(ev, shard, guess).await,
                 false => Ahead::Nothing,
             }
         };
-        let (reply, ahead) = futures::join!(own, ahead);
-        match reply? {
+        // Both in flight at once; an answer that nobody waits does not wait for the prefetch
+        // (dropping it discards its replies).
+        futures::pin_mut!(own, ahead);
+        let (reply, ahead) = match futures::future::select(own, ahead).await {
+            futures::future::Either::Left((reply, ahead)) => match reply {
+                Ok(waiting @ ShardStanding::Waiting { .. }) => (Ok(waiting), ahead.await),
+                other => (other, Ahead::Nothing),
+            },
+            futures::future::Either::Right((ahead, own)) => (own.await, ahead),
+        };
+        let reply = reply?;
+        if remembered.is_some() && !matches!(reply, ShardStanding::Waiting { .. }) {
+            self.scores.remove(ticket);
+        }
+        match reply {
             ShardStanding::Admitted { admitted_at_ms } => {
                 ahead.unused(ev);
                 Ok(Standing::Admitted { admitted_at_ms })
@@ -411,7 +425,9 @@ impl Queue {
     /// The reads of a position that can go out with the own shard's, by the event's effective
     /// strategy: under `timestamp`, the other shards' counts ahead of `guess` (the score the
     /// person is expected to have); under `global_counter` with a counter range, the leader's
-    /// figures. A failed prefetch is not an error: the position reads again what it needs.
+    /// figures. A failed count is kept: at the score guessed it is the position's own error
+    /// (not sent a second time to a node that just failed); at another score the position
+    /// reads again.
     async fn prefetch(&self, ev: &Event, shard: usize, guess: Option<f64>) -> Ahead {
         match ev.effective_strategy() {
             StrategyKind::Timestamp if ev.config.shards > 1 => match guess {
@@ -421,13 +437,10 @@ impl Queue {
                         .await
                     {
                         Ok(counts) => Ahead::Counts { score, counts },
-                        Err(_) => Ahead::Nothing,
+                        Err(e) => Ahead::Failed { score, error: e },
                     }
                 }
-                None => {
-                    ev.metrics.prefetch(Prefetch::NoGuess).increment(1);
-                    Ahead::Nothing
-                }
+                None => Ahead::NoGuess,
             },
             StrategyKind::GlobalCounter if ev.config.counter_start > 0 => {
                 match self.read_counter_figures(ev).await {
@@ -555,14 +568,23 @@ impl Queue {
             (StrategyKind::GlobalCounter, _) => {
                 let published = if counted {
                     reads += 1;
-                    let figures = match ahead.take() {
+                    match ahead.take() {
                         Some(Ahead::Figures(figures)) => {
-                            ev.metrics.prefetch(Prefetch::Used).increment(1);
-                            figures
+                            let usable = counter_figures(ev, figures, score);
+                            let outcome = match usable {
+                                Some(_) => Prefetch::Used,
+                                None => Prefetch::Unused,
+                            };
+                            ev.metrics.prefetch(outcome).increment(1);
+                            usable
                         }
-                        _ => self.read_counter_figures(ev).await?,
-                    };
-                    counter_figures(ev, figures, score)
+                        other => {
+                            if let Some(other) = other {
+                                other.unused(ev);
+                            }
+                            counter_figures(ev, self.read_counter_figures(ev).await?, score)
+                        }
+                    }
                 } else {
                     None
                 };
@@ -607,9 +629,17 @@ impl Queue {
                 ev.metrics.prefetch(Prefetch::Used).increment(1);
                 counts
             }
+            Some(Ahead::Failed { score, error }) if score == at.score => return Err(error),
             other => {
-                if let Some(other) = other {
-                    other.unused(ev);
+                match other {
+                    Some(Ahead::NoGuess) => ev.metrics.prefetch(Prefetch::NoGuess).increment(1),
+                    Some(other @ (Ahead::Counts { .. } | Ahead::Failed { .. })) => {
+                        // Sent for another score: sent again.
+                        *reads += ev.config.shards - 1;
+                        other.unused(ev);
+                    }
+                    Some(other) => other.unused(ev),
+                    None => {}
                 }
                 self.ahead_in_other_shards(&self.store.reads(), &ev.shard_keys, at.shard, at.score)
                     .await?
@@ -709,6 +739,7 @@ impl Queue {
                     .await?)
             })
             .await?;
+        self.scores.remove(ticket);
         if removed == 0 {
             return Err(QueueError::UnknownTicket);
         }
@@ -1005,6 +1036,10 @@ enum Ahead {
     Nothing,
     /// The other shards' counts ahead of `score`, in shard order without the own shard.
     Counts { score: f64, counts: Vec<u64> },
+    /// Those counts failed.
+    Failed { score: f64, error: QueueError },
+    /// An exact position's counts, with no score to guess them at.
+    NoGuess,
     /// The leader's `global_counter` figures.
     Figures(CounterFigures),
 }
@@ -1013,7 +1048,7 @@ impl Ahead {
     /// Counts a prefetch that went unused (the person's score was not the one guessed, or they
     /// were not waiting).
     fn unused(self, ev: &Event) {
-        if !matches!(self, Ahead::Nothing) {
+        if !matches!(self, Ahead::Nothing | Ahead::NoGuess) {
             ev.metrics.prefetch(Prefetch::Unused).increment(1);
         }
     }

@@ -9,17 +9,19 @@
 //! round it would have cost anyway: the cache is a guess that is always checked, never a source
 //! of a position.
 //!
-//! Bounded: `entries` in all, over [`STRIPES`] independently locked maps; a full stripe drops an
-//! entry to take a new one. Keyed by the ticket alone: a ticket is derived from (event, user), so
-//! two events never share one.
+//! Bounded: `entries` in all (rounded up to a multiple of [`STRIPES`]), over [`STRIPES`]
+//! independently locked maps; a full stripe is emptied to take a new entry (those tickets' next
+//! positions take their two rounds and are remembered again). Keyed by the ticket alone: a
+//! ticket is derived from (event, user), so two events never share one. A ticket found not
+//! waiting, or leaving, is forgotten.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use crate::ids::Ticket;
 
-/// The default bound: about 40 MB at most (a map entry is 24 bytes plus its control byte, at a
-/// load between 7/16 and 7/8).
+/// The default bound: at most ~75 MB (an entry is 32 bytes, u128 being 16-aligned, plus a
+/// control byte, at a table load between 7/16 and 7/8: 38–75 bytes per entry).
 pub const DEFAULT_ENTRIES: usize = 1 << 20;
 
 /// Independently locked parts: a poll locks one for a lookup, so concurrent requests rarely
@@ -67,12 +69,22 @@ impl ScoreCache {
         let key = ticket.as_u128();
         let mut map = self.stripe(key).lock().unwrap_or_else(|p| p.into_inner());
         if map.len() >= self.per_stripe && !map.contains_key(&key) {
-            // Any entry will do: the one the map's order (by hash) offers first.
-            if let Some(old) = map.keys().next().copied() {
-                map.remove(&old);
-            }
+            // Constant work per entry taken, unlike picking entries to evict one by one.
+            map.clear();
         }
         map.insert(key, score);
+    }
+
+    /// Forgets `ticket`'s score.
+    pub fn remove(&self, ticket: &Ticket) {
+        if self.per_stripe == 0 {
+            return;
+        }
+        let key = ticket.as_u128();
+        self.stripe(key)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key);
     }
 
     /// Scores remembered now.
@@ -118,7 +130,17 @@ mod tests {
             assert_eq!(cache.get(&ticket(i)), Some(i as f64), "the newest is kept");
         }
         assert!(cache.len() <= 640, "{} entries", cache.len());
-        assert!(cache.len() >= 320, "{} entries: stripes fill", cache.len());
+        assert!(cache.len() >= 64, "{} entries", cache.len());
+    }
+
+    #[test]
+    fn a_removed_score_is_forgotten() {
+        let cache = ScoreCache::new(100);
+        cache.put(&ticket(1), 5.0);
+        cache.put(&ticket(2), 6.0);
+        cache.remove(&ticket(1));
+        assert_eq!(cache.get(&ticket(1)), None);
+        assert_eq!(cache.get(&ticket(2)), Some(6.0));
     }
 
     #[test]
