@@ -407,10 +407,25 @@ async fn a_remembered_score_makes_an_exact_position_one_round_trip_and_a_stale_o
         43.0,
         "the enter's counts, then b's two polls with the new score"
     );
+    // A ticket found gone is forgotten: after it comes back, b has no guess (not a wrong one).
+    a.leave(&ev, &tickets[1]).await.unwrap();
+    assert!(matches!(
+        b.poll(&ev, &tickets[1]).await,
+        Err(waitroom::queue::QueueError::UnknownTicket)
+    ));
+    a.enter(&ev, &users[1]).await.unwrap();
+    let (unused1, none1) = (prefetches("unused"), prefetches("no_guess"));
+    assert_eq!(b.poll(&ev, &tickets[1]).await.unwrap().position, Some(20));
+    assert_eq!(
+        prefetches("no_guess") - none1,
+        1.0,
+        "forgotten when found gone"
+    );
+    assert_eq!(prefetches("unused"), unused1);
     // Without the cache every exact position takes its two rounds, and is the same.
     let c = Queue::new(store.clone(), signer).with_score_cache(0);
     let used1 = prefetches("used");
-    for (i, t) in tickets[1..].iter().enumerate() {
+    for (i, t) in tickets[2..].iter().enumerate() {
         assert_eq!(c.poll(&ev, t).await.unwrap().position, Some(i as u64 + 1));
         assert_eq!(c.poll(&ev, t).await.unwrap().position, Some(i as u64 + 1));
     }
