@@ -624,27 +624,24 @@ impl Queue {
         reads: &mut u32,
     ) -> Result<u64, QueueError> {
         *reads += ev.config.shards - 1;
-        let counts = match ahead.take() {
+        match ahead.take() {
             Some(Ahead::Counts { score, counts }) if score == at.score => {
                 ev.metrics.prefetch(Prefetch::Used).increment(1);
-                counts
+                return Ok(timestamp::position(at.rank, &counts));
             }
             Some(Ahead::Failed { score, error }) if score == at.score => return Err(error),
-            other => {
-                match other {
-                    Some(Ahead::NoGuess) => ev.metrics.prefetch(Prefetch::NoGuess).increment(1),
-                    Some(other @ (Ahead::Counts { .. } | Ahead::Failed { .. })) => {
-                        // Sent for another score: sent again.
-                        *reads += ev.config.shards - 1;
-                        other.unused(ev);
-                    }
-                    Some(other) => other.unused(ev),
-                    None => {}
-                }
-                self.ahead_in_other_shards(&self.store.reads(), &ev.shard_keys, at.shard, at.score)
-                    .await?
+            Some(Ahead::NoGuess) => ev.metrics.prefetch(Prefetch::NoGuess).increment(1),
+            Some(other @ (Ahead::Counts { .. } | Ahead::Failed { .. })) => {
+                // Sent for another score: sent again.
+                *reads += ev.config.shards - 1;
+                other.unused(ev);
             }
-        };
+            Some(other) => other.unused(ev),
+            None => {}
+        }
+        let counts = self
+            .ahead_in_other_shards(&self.store.reads(), &ev.shard_keys, at.shard, at.score)
+            .await?;
         Ok(timestamp::position(at.rank, &counts))
     }
 
