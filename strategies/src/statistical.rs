@@ -16,8 +16,11 @@
 //! Error: the person is the `(r+1)`-th of `s` random picks out of the line of `W`, so their true
 //! position spreads around the estimate with standard deviation about
 //! `σ = √(W · q(1−q) · (W−s)/s) ≈ √(W · q(1−q) · (N−1))` for `N` equal shards, `q` the fraction
-//! ahead. At `W = 20 000`, `N = 8`, mid-line: σ ≈ 187 (0.9 % of the line). The integration test
-//! holds every sampled error to `5σ + 2`; measured figures are in docs/ordering.md.
+//! ahead. At `W = 20 000`, `N = 8`, mid-line: σ ≈ 187 (0.9 % of the line). σ vanishes at the
+//! ends of the line, where the half rank leaves a bias instead: the last of a shard is shown
+//! `(W − s) / 2s ≈ (N − 1) / 2` places before the end, the first as many after the start. The
+//! integration test holds every sampled error to `5σ + (N − 1) / 2 + 1`; measured figures are
+//! in docs/ordering.md.
 
 /// The line's size now, from the last published figures and the person's own shard.
 ///
@@ -89,6 +92,14 @@ mod tests {
         for r in 0..100 {
             assert_eq!(position(r, 100, 100), r + 1);
         }
+    }
+
+    #[test]
+    fn the_ends_of_the_line_carry_the_half_rank_bias() {
+        // 8 equal shards of 2,500: the last of a shard is shown (W − s) / 2s = 3.5 places
+        // before the end, the first 3.5 after the start (rounded either way).
+        assert!((3..=4).contains(&(20_000 - position(2_499, 2_500, 20_000))));
+        assert!((4..=5).contains(&position(0, 2_500, 20_000)));
     }
 
     #[test]
