@@ -1,10 +1,10 @@
 -- enter.lua: put a ticket in its shard's waiting line, or report that it is already active.
 --
--- KEYS[1]  waiting zset of the shard   (member = ticket, score = arrival order key)
--- KEYS[2]  active zset of the shard    (member = ticket, score = admission time, ms)
--- KEYS[3]  last-seen zset of the shard (member = ticket, score = last poll, ms; or minus the
---          last enter, for someone who has not polled yet)
--- ARGV[1]  ticket
+-- KEYS[1]  waiting zset of the shard   (member → arrival order key)
+-- KEYS[2]  active zset of the shard    (member → admission time, ms)
+-- KEYS[3]  last-seen zset of the shard (member → last poll, ms; or minus the last enter, for
+--          someone who has not polled yet)
+-- ARGV[1]  the ticket's line member (EventConfig::member: 14 characters, or the ticket)
 -- ARGV[2]  arrival score (microseconds from the instance clock, or the event's counter)
 -- ARGV[3]  now, ms
 -- ARGV[4]  active session length, ms

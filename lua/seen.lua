@@ -2,7 +2,7 @@
 --
 -- KEYS[1]  waiting zset of the shard
 -- KEYS[2]  last-seen zset of the shard
--- ARGV[1]  ticket
+-- ARGV[1]  the ticket's line member (EventConfig::member)
 -- ARGV[2]  now, ms
 -- Returns  1 when recorded, 0 when the ticket no longer waits
 --

@@ -1138,7 +1138,7 @@ fn generate(w: usize, cfg: &EventConfig, arrivals: Arrivals) -> Vec<Person> {
                 Arrivals::Numbered => (cfg.counter_start + i as u64) as f64,
             };
             Person {
-                member: ticket.to_member(),
+                member: cfg.member(&ticket),
                 shard: Queue::shard_of(cfg, &ticket),
                 ticket,
                 score,

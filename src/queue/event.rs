@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use waitroom_strategies::StrategyKind;
 
 use super::{Prefetch, QueueError};
-use crate::ids::EventId;
+use crate::ids::{EventId, Ticket};
 use crate::redis::keys::{stats, Keys, ShardKeys};
 use crate::redis::RedisConn;
 use crate::telemetry;
@@ -35,6 +35,19 @@ pub enum EventState {
     Paused,
     /// The sale is over: nobody may enter, nobody is admitted.
     Closed,
+}
+
+/// How an event's line writes a ticket as a sorted-set member. Fixed when the event is created:
+/// every instance must place a ticket in the same shard under the same member.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemberForm {
+    /// The 36-character ticket: events created before the short form (their stored
+    /// configuration has no `member_form`).
+    #[default]
+    Hyphenated,
+    /// 14 characters, [`Ticket::to_short_member`]: 32 B less per waiting person.
+    Short,
 }
 
 /// An event's configuration (the body of `PUT /admin/v1/events/{event}`, completed).
@@ -87,9 +100,21 @@ pub struct EventConfig {
     /// every score already in the line (0 when the event never used `global_counter`).
     #[serde(default)]
     pub counter_start: u64,
+    /// The form of the line's members: `short` for events created by this version.
+    #[serde(default)]
+    pub member_form: MemberForm,
 }
 
 impl EventConfig {
+    /// `ticket` as this event's line writes it (waiting, active and last-seen sets); its shard
+    /// is the CRC16 of this string.
+    pub fn member(&self, ticket: &Ticket) -> String {
+        match self.member_form {
+            MemberForm::Hyphenated => ticket.to_member(),
+            MemberForm::Short => ticket.to_short_member(),
+        }
+    }
+
     /// The configuration as the admin API shows it: the entry key replaced by whether there is
     /// one (`verified_entry`).
     pub fn shown(&self) -> serde_json::Value {
@@ -190,6 +215,7 @@ impl EventPatch {
             switch_at_us: 0,
             counter_start: 0,
             entry_key: None,
+            member_form: MemberForm::Short,
         });
         let cfg = EventConfig {
             shards: self.shards.unwrap_or(d.shards),
@@ -219,6 +245,7 @@ impl EventPatch {
             previous_strategy: d.previous_strategy,
             switch_at_us: d.switch_at_us,
             counter_start: d.counter_start,
+            member_form: d.member_form,
             entry_key: match self.entry_key.as_deref() {
                 Some("") => None,
                 Some(k) => Some(k.to_owned()),
@@ -573,6 +600,29 @@ mod tests {
         .unwrap();
         assert_eq!(paused.shards, 4);
         assert_eq!(paused.state, EventState::Paused);
+    }
+
+    #[test]
+    fn new_events_write_short_members_and_stored_ones_keep_their_form() {
+        let ticket = Ticket::parse("7c0d7d0e-8c0a-4a43-9d7e-3f5cf1f0b2a1").unwrap();
+        let new = EventPatch::default().apply(None).unwrap();
+        assert_eq!(new.member_form, MemberForm::Short);
+        assert_eq!(new.member(&ticket), "fA19DowKzx8LKh");
+        // A configuration stored before the short form has no `member_form`: its line keeps
+        // the 36-character members, through patches too.
+        let mut stored = serde_json::to_value(&new).unwrap();
+        stored.as_object_mut().unwrap().remove("member_form");
+        let old: EventConfig = serde_json::from_value(stored).unwrap();
+        assert_eq!(old.member(&ticket), "7c0d7d0e-8c0a-4a43-9d7e-3f5cf1f0b2a1");
+        let patched = EventPatch {
+            shards: Some(16),
+            ..Default::default()
+        }
+        .apply(Some(&old))
+        .unwrap();
+        assert_eq!(patched.member_form, MemberForm::Hyphenated);
+        let short = EventPatch::default().apply(Some(&new)).unwrap();
+        assert_eq!(short.member_form, MemberForm::Short);
     }
 
     #[test]

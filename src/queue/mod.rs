@@ -1,6 +1,7 @@
 //! The waiting room: enter, poll, leave, event administration, and admission.
 //!
-//! A line is N Redis sorted sets (shards). A ticket lives in shard `crc16(ticket) mod N`; each
+//! A line is N Redis sorted sets (shards). A ticket lives in shard `crc16(member) mod N` (its
+//! member: `EventConfig::member`, 14 characters for events made by this version); each
 //! operation on one person runs one Lua script in that shard's slot, and a position adds the
 //! counts of those ahead in the other shards, read concurrently over the multiplexed
 //! connection (one round trip per node). The ordering rules themselves are in the pure
@@ -183,9 +184,10 @@ impl Queue {
         self.events.registered(&mut self.store.conn()).await
     }
 
-    /// The shard a ticket lives in: CRC16 of the ticket mod the shard count.
+    /// The shard a ticket lives in: CRC16 of its member ([`EventConfig::member`]) mod the shard
+    /// count.
     pub fn shard_of(cfg: &EventConfig, ticket: &Ticket) -> usize {
-        Self::shard_of_member(cfg, &ticket.to_member())
+        Self::shard_of_member(cfg, &cfg.member(ticket))
     }
 
     /// [`Queue::shard_of`] for a ticket already formatted as its member.
@@ -349,7 +351,7 @@ impl Queue {
     ) -> Result<Standing, QueueError> {
         let cfg = &ev.config;
         // Formatted once: the shard, the script or the read all take the member.
-        let member = ticket.to_member();
+        let member = cfg.member(ticket);
         let shard = Self::shard_of_member(cfg, &member);
         let k = &ev.shard_keys[shard];
         let own = async {
@@ -694,14 +696,11 @@ impl Queue {
     pub async fn is_active(&self, event: &EventId, ticket: &Ticket) -> Result<bool, QueueError> {
         let ev = self.events.get(&mut self.store.conn(), event).await?;
         let cfg = &ev.config;
-        let k = &ev.shard_keys[Self::shard_of(cfg, ticket)];
+        let member = cfg.member(ticket);
+        let k = &ev.shard_keys[Self::shard_of_member(cfg, &member)];
         let admitted: Option<f64> = self
             .repairing(event, cfg, || async {
-                Ok(self
-                    .store
-                    .conn()
-                    .zscore(&k.active, ticket.to_member())
-                    .await?)
+                Ok(self.store.conn().zscore(&k.active, &member).await?)
             })
             .await?;
         Ok(admitted.is_some_and(|at| session_live(cfg, at, now_ms())))
@@ -720,7 +719,8 @@ impl Queue {
     pub async fn leave(&self, event: &EventId, ticket: &Ticket) -> Result<(), QueueError> {
         let mut conn = self.store.conn();
         let ev = self.events.get(&mut conn, event).await?;
-        let k = &ev.shard_keys[Self::shard_of(&ev.config, ticket)];
+        let member = ev.config.member(ticket);
+        let k = &ev.shard_keys[Self::shard_of_member(&ev.config, &member)];
         let removed: i64 = self
             .repairing(event, &ev.config, || async {
                 let mut conn = self.store.conn();
@@ -731,7 +731,7 @@ impl Queue {
                     .key(&k.waiting)
                     .key(&k.active)
                     .key(&k.seen)
-                    .arg(ticket.to_member())
+                    .arg(&member)
                     .invoke_async(&mut conn)
                     .await?)
             })

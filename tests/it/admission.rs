@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::common::{eventually, spawn_app, unique, TestApp};
+use crate::common::{eventually, member, members, spawn_app, unique, TestApp};
 
 /// Enters `n` users one after another; returns their tickets in arrival order.
 async fn enter_in_order(app: &crate::common::TestApp, ev: &str, n: usize) -> Vec<String> {
@@ -55,8 +55,7 @@ async fn admission_respects_capacity_and_rate_and_admits_in_arrival_order() {
             active.len()
         );
         // Global arrival order: the admitted are exactly the first k who arrived.
-        let expected: std::collections::HashSet<String> =
-            tickets[..active.len()].iter().cloned().collect();
+        let expected = members(&tickets[..active.len()]);
         assert_eq!(
             active, expected,
             "admitted set is not a prefix of the arrival order"
@@ -120,12 +119,7 @@ async fn a_slot_freed_by_leave_goes_to_the_next_in_line() {
     })
     .await;
     let active = app.active_tickets(&ev).await;
-    assert_eq!(
-        active,
-        [tickets[1].clone(), tickets[2].clone()]
-            .into_iter()
-            .collect()
-    );
+    assert_eq!(active, members([&tickets[1], &tickets[2]]));
     assert_eq!(app.poll_ok(&ev, &tickets[3]).await["position"], 1);
     assert_eq!(
         app.poll(&ev, &tickets[0]).await.status(),
@@ -624,7 +618,7 @@ async fn a_poll_records_itself_at_most_once_per_quarter_of_the_abandon_time() {
     let seen = || {
         let (mut conn, key, ticket) = (app.redis.clone(), seen_key.clone(), ticket.clone());
         async move {
-            redis::AsyncCommands::zscore::<_, _, f64>(&mut conn, key, ticket)
+            redis::AsyncCommands::zscore::<_, _, f64>(&mut conn, key, member(&ticket))
                 .await
                 .unwrap()
         }
@@ -703,7 +697,7 @@ async fn people_beyond_the_horizon_write_nothing_and_are_still_found_gone_at_the
     let polls = ticket(app.enter_ok(&ev, "keeps-polling").await);
     let silent = ticket(app.enter_ok(&ev, "goes-silent").await);
     let record = |t: &str| {
-        let (mut conn, key, t) = (app.redis.clone(), k.seen.clone(), t.to_owned());
+        let (mut conn, key, t) = (app.redis.clone(), k.seen.clone(), member(t));
         async move {
             redis::AsyncCommands::zscore::<_, _, Option<f64>>(&mut conn, key, t)
                 .await
@@ -731,7 +725,7 @@ async fn people_beyond_the_horizon_write_nothing_and_are_still_found_gone_at_the
     app.update_event(&ev, json!({"admit_per_second": 100000}))
         .await;
     // The tick records that the line brought them inside: one crossing, not a record each.
-    let silent_score: f64 = redis::AsyncCommands::zscore(&mut conn, &k.waiting, &silent)
+    let silent_score: f64 = redis::AsyncCommands::zscore(&mut conn, &k.waiting, member(&silent))
         .await
         .unwrap();
     eventually(Duration::from_secs(10), "both inside", || async {
@@ -775,5 +769,5 @@ async fn people_beyond_the_horizon_write_nothing_and_are_still_found_gone_at_the
     );
     let active = app.active_tickets(&ev).await;
     assert_eq!(active.len(), 1201, "the 1,200 and the polling one");
-    assert!(!active.contains(&silent));
+    assert!(!active.contains(&member(&silent)));
 }

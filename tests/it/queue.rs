@@ -83,8 +83,8 @@ async fn five_thousand_concurrent_enters_get_positions_one_to_w_in_arrival_order
     // positions read 1, 2, 3, ...
     let exact = crate::strategies::exact_positions(&app, &ev).await;
     assert_eq!(exact.len(), position.len());
-    for (m, p) in &exact {
-        assert_eq!(position[m], *p, "ticket {m}");
+    for (t, p) in &position {
+        assert_eq!(exact[t], *p, "ticket {t}");
     }
 }
 
@@ -242,4 +242,95 @@ async fn poll_interval_is_longer_far_back_and_jittered() {
         "clients poll at different phases: {across:?}"
     );
     assert_eq!(last["eta_seconds"].as_f64().unwrap(), 40.0);
+}
+
+/// A line that was already waiting when this version came in keeps its 36-character members:
+/// an event whose stored configuration has no `member_form` (as written before the short form)
+/// is entered, polled, admitted and left under the hyphenated ticket, and a new event beside
+/// it under the 14-character member.
+#[tokio::test]
+async fn an_event_stored_before_the_short_member_keeps_the_hyphenated_one() {
+    let app = spawn_app().await;
+    let (old, new) = (unique("e"), unique("e"));
+    for ev in [&old, &new] {
+        app.create_event(ev, json!({"shards": 2, "admit_per_second": 0}))
+            .await;
+    }
+    // Arrange: the old event's configuration as an earlier version stored it.
+    let key = app.keys.event_config(&old);
+    let mut conn = app.redis.clone();
+    let stored: String = redis::AsyncCommands::get(&mut conn, &key).await.unwrap();
+    let mut cfg: serde_json::Value = serde_json::from_str(&stored).unwrap();
+    assert_eq!(
+        cfg["member_form"], "short",
+        "a new event writes short members"
+    );
+    cfg.as_object_mut().unwrap().remove("member_form");
+    let () = redis::AsyncCommands::set(&mut conn, &key, cfg.to_string())
+        .await
+        .unwrap();
+    // Past every instance's cache of the configuration.
+    tokio::time::sleep(waitroom::queue::event::CACHE_TTL * 2).await;
+
+    let waiting_members = |ev: String| {
+        let app = &app;
+        async move {
+            let mut all = std::collections::HashSet::new();
+            for tag in app.shard_tags(&ev).await {
+                let m: Vec<String> = redis::AsyncCommands::zrange(
+                    &mut app.redis.clone(),
+                    app.keys.shard(&tag).waiting,
+                    0,
+                    -1,
+                )
+                .await
+                .unwrap();
+                all.extend(m);
+            }
+            all
+        }
+    };
+    let mut tickets = HashMap::new();
+    for ev in [&old, &new] {
+        let mut mine = Vec::new();
+        for user in ["ann", "bob", "cy"] {
+            mine.push(
+                app.enter_ok(ev, user).await["ticket"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+            );
+        }
+        tickets.insert(ev.clone(), mine);
+    }
+    let hyphenated: std::collections::HashSet<String> = tickets[&old].iter().cloned().collect();
+    assert_eq!(waiting_members(old.clone()).await, hyphenated);
+    assert_eq!(
+        waiting_members(new.clone()).await,
+        crate::common::members(&tickets[&new])
+    );
+    for ev in [&old, &new] {
+        assert_eq!(app.poll_ok(ev, &tickets[ev][2]).await["position"], 3);
+        assert_eq!(
+            app.leave(ev, &tickets[ev][0]).await.status(),
+            StatusCode::NO_CONTENT
+        );
+        assert_eq!(app.poll_ok(ev, &tickets[ev][2]).await["position"], 2);
+    }
+    // Admission moves the old event's members as they are.
+    app.update_event(&old, json!({"admit_per_second": 1000}))
+        .await;
+    crate::common::eventually(
+        std::time::Duration::from_secs(10),
+        "both admitted",
+        || async {
+            (app.active_tickets(&old).await == tickets[&old][1..].iter().cloned().collect())
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        app.poll_ok(&old, &tickets[&old][2]).await["status"],
+        "admitted"
+    );
 }

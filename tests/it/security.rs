@@ -11,7 +11,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-use crate::common::{assert_error, eventually, spawn_app_with, unique, TestApp};
+use crate::common::{assert_error, eventually, members, spawn_app_with, unique, TestApp};
 
 /// A service with the production limits on (the harness turns them off by default).
 async fn limited_app(tweak: impl FnOnce(&mut waitroom::config::Config)) -> TestApp {
@@ -256,7 +256,7 @@ async fn a_bot_crowd_that_never_polls_is_never_admitted_and_does_not_stop_abando
     .await;
     polling.abort();
     let active = app.active_tickets(&ev).await;
-    let people: HashSet<String> = people.iter().cloned().collect();
+    let people: HashSet<String> = members(people.iter());
     // Everyone who polled was admitted; not one bot.
     assert_eq!(
         active, people,

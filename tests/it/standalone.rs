@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::common::procs::RedisProcs;
-use crate::common::{eventually, spawn_app_with, unique};
+use crate::common::{eventually, members, spawn_app_with, unique};
 
 #[tokio::test]
 async fn the_waiting_room_runs_unchanged_on_one_non_cluster_redis() {
@@ -40,6 +40,6 @@ async fn the_waiting_room_runs_unchanged_on_one_non_cluster_redis() {
     })
     .await;
     let admitted = app.active_tickets(&ev).await;
-    assert_eq!(admitted, tickets[..5].iter().cloned().collect());
+    assert_eq!(admitted, members(&tickets[..5]));
     assert_eq!(app.poll_ok(&ev, &tickets[5]).await["position"], 1);
 }

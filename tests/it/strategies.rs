@@ -10,10 +10,32 @@ use reqwest::StatusCode;
 use serde_json::json;
 use tokio::sync::Semaphore;
 
-use crate::common::{eventually, spawn_app, spawn_app_with, unique, TestApp, ADMIN_TOKEN};
+use crate::common::{
+    eventually, member, members, spawn_app, spawn_app_with, unique, TestApp, ADMIN_TOKEN,
+};
+
+/// Exact 1-based positions by line member, indexed by ticket (or by member: see [`member`]).
+pub struct Positions(HashMap<String, u64>);
+
+impl Positions {
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+impl<T: AsRef<str> + ?Sized> std::ops::Index<&T> for Positions {
+    type Output = u64;
+
+    fn index(&self, ticket: &T) -> &u64 {
+        let m = member(ticket.as_ref());
+        self.0
+            .get(&m)
+            .unwrap_or_else(|| panic!("{} ({m}) is not waiting", ticket.as_ref()))
+    }
+}
 
 /// Every waiting ticket with its exact 1-based position, computed from Redis directly.
-pub async fn exact_positions(app: &TestApp, ev: &str) -> HashMap<String, u64> {
+pub async fn exact_positions(app: &TestApp, ev: &str) -> Positions {
     let mut keyed = Vec::new();
     for (shard, tag) in app.shard_tags(ev).await.iter().enumerate() {
         let members: Vec<(String, f64)> = app
@@ -25,11 +47,13 @@ pub async fn exact_positions(app: &TestApp, ev: &str) -> HashMap<String, u64> {
         keyed.extend(members.into_iter().map(|(m, s)| (s, shard, m)));
     }
     keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-    keyed
-        .into_iter()
-        .enumerate()
-        .map(|(i, (_, _, m))| (m, i as u64 + 1))
-        .collect()
+    Positions(
+        keyed
+            .into_iter()
+            .enumerate()
+            .map(|(i, (_, _, m))| (m, i as u64 + 1))
+            .collect(),
+    )
 }
 
 /// Enters `n` users concurrently (200 at a time); returns their tickets.
@@ -353,8 +377,7 @@ async fn people_who_stop_polling_are_skipped_and_those_who_poll_are_admitted() {
     }
     app.update_event(&ev, json!({"admit_per_second": 1000}))
         .await;
-    let stayers: std::collections::HashSet<String> =
-        tickets.iter().skip(1).step_by(2).cloned().collect();
+    let stayers = members(tickets.iter().skip(1).step_by(2));
     eventually(
         Duration::from_secs(10),
         "the five who kept polling admitted",

@@ -288,10 +288,25 @@ impl TestApp {
         serde_json::from_value(cfg["config"]["shard_tags"].clone()).unwrap()
     }
 
-    /// Every ticket in the event's active sets, read straight from Redis.
+    /// Every member of the event's active sets, read straight from Redis: [`member`] of each
+    /// admitted ticket.
     pub async fn active_tickets(&self, event: &str) -> HashSet<String> {
         active_tickets(&self.redis, &self.keys, &self.shard_tags(event).await).await
     }
+}
+
+/// The line's member for `ticket` in the events this version creates (14 characters); a string
+/// that is not a ticket (a member already, or a name a test placed in a line) as it is.
+pub fn member(ticket: &str) -> String {
+    match waitroom::ids::Ticket::parse(ticket) {
+        Ok(t) => t.to_short_member(),
+        Err(_) => ticket.to_owned(),
+    }
+}
+
+/// [`member`] of each of `tickets`.
+pub fn members<'a>(tickets: impl IntoIterator<Item = &'a String>) -> HashSet<String> {
+    tickets.into_iter().map(|t| member(t)).collect()
 }
 
 pub async fn active_tickets(redis: &RedisConn, keys: &Keys, tags: &[String]) -> HashSet<String> {
