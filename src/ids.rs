@@ -5,6 +5,8 @@
 
 use std::fmt;
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use base64::Engine as _;
 use uuid::Uuid;
 
 /// An id that does not have the allowed form.
@@ -171,14 +173,12 @@ impl Ticket {
     /// a waiting person costs in Redis"). Two tickets of one event share a member with
     /// probability n²/2⁸⁵: 6·10⁻¹³ for 5 million people.
     pub fn to_short_member(self) -> String {
-        const ALPHABET: &[u8; 64] =
-            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
         let u = self.0.as_u128();
-        let bits = ((u >> 80) << 36) | (u & ((1 << 36) - 1));
-        (0..14)
-            .rev()
-            .map(|i| char::from(ALPHABET[((bits >> (6 * i)) & 63) as usize]))
-            .collect()
+        // The 84 bits at the top of 11 bytes: their first 14 base64 characters are exactly them.
+        let bits = (((u >> 80) << 36) | (u & ((1 << 36) - 1))) << 44;
+        let mut member = B64.encode(&bits.to_be_bytes()[..11]);
+        member.truncate(14);
+        member
     }
 }
 

@@ -272,24 +272,6 @@ async fn an_event_stored_before_the_short_member_keeps_the_hyphenated_one() {
     // Past every instance's cache of the configuration.
     tokio::time::sleep(waitroom::queue::event::CACHE_TTL * 2).await;
 
-    let waiting_members = |ev: String| {
-        let app = &app;
-        async move {
-            let mut all = std::collections::HashSet::new();
-            for tag in app.shard_tags(&ev).await {
-                let m: Vec<String> = redis::AsyncCommands::zrange(
-                    &mut app.redis.clone(),
-                    app.keys.shard(&tag).waiting,
-                    0,
-                    -1,
-                )
-                .await
-                .unwrap();
-                all.extend(m);
-            }
-            all
-        }
-    };
     let mut tickets = HashMap::new();
     for ev in [&old, &new] {
         let mut mine = Vec::new();
@@ -304,9 +286,9 @@ async fn an_event_stored_before_the_short_member_keeps_the_hyphenated_one() {
         tickets.insert(ev.clone(), mine);
     }
     let hyphenated: std::collections::HashSet<String> = tickets[&old].iter().cloned().collect();
-    assert_eq!(waiting_members(old.clone()).await, hyphenated);
+    assert_eq!(app.waiting_members(&old).await, hyphenated);
     assert_eq!(
-        waiting_members(new.clone()).await,
+        app.waiting_members(&new).await,
         crate::common::members(&tickets[&new])
     );
     for ev in [&old, &new] {

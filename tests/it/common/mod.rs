@@ -12,7 +12,7 @@ use reqwest::{Response, StatusCode};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use waitroom::config::Config;
-use waitroom::redis::keys::Keys;
+use waitroom::redis::keys::{Keys, ShardKeys};
 use waitroom::redis::RedisConn;
 use waitroom::startup::Application;
 
@@ -293,6 +293,12 @@ impl TestApp {
     pub async fn active_tickets(&self, event: &str) -> HashSet<String> {
         active_tickets(&self.redis, &self.keys, &self.shard_tags(event).await).await
     }
+
+    /// Every member of the event's waiting lines, read straight from Redis.
+    pub async fn waiting_members(&self, event: &str) -> HashSet<String> {
+        let tags = self.shard_tags(event).await;
+        set_members(&self.redis, &self.keys, &tags, |k| k.waiting).await
+    }
 }
 
 /// The line's member for `ticket` in the events this version creates (14 characters); a string
@@ -310,11 +316,21 @@ pub fn members<'a>(tickets: impl IntoIterator<Item = &'a String>) -> HashSet<Str
 }
 
 pub async fn active_tickets(redis: &RedisConn, keys: &Keys, tags: &[String]) -> HashSet<String> {
+    set_members(redis, keys, tags, |k| k.active).await
+}
+
+/// The members of one sorted set of every shard (`set` picks it from the shard's keys).
+async fn set_members(
+    redis: &RedisConn,
+    keys: &Keys,
+    tags: &[String],
+    set: fn(ShardKeys) -> String,
+) -> HashSet<String> {
     let mut all = HashSet::new();
     for tag in tags {
         let members: Vec<String> = redis
             .clone()
-            .zrange(keys.shard(tag).active, 0, -1)
+            .zrange(set(keys.shard(tag)), 0, -1)
             .await
             .unwrap();
         all.extend(members);
