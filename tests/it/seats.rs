@@ -738,6 +738,9 @@ async fn the_ledger_killed_mid_batch_and_restarted_decides_each_booking_exactly_
             .env("WAITROOM_KEY_PREFIX", &prefix)
             .env("WAITROOM_KAFKA_TOPIC", &cfg.kafka.topic)
             .env("WAITROOM_KAFKA_GROUP", &cfg.kafka.group)
+            // Batches of 100: the backlog is 30 of them on any machine. At the default (5,000)
+            // a fast one took all 3,000 in one batch, and the kill could only land after it.
+            .env("WAITROOM_LEDGER_BATCH_MAX", "100")
             .env("RUST_LOG", "warn")
             .spawn()
             .expect("ledger starts")
