@@ -22,7 +22,7 @@ if adm then
   end
   redis.call('ZREM', KEYS[2], ARGV[1])
 end
-redis.call('ZADD', KEYS[1], 'NX', ARGV[2], ARGV[1])
+local added = redis.call('ZADD', KEYS[1], 'NX', ARGV[2], ARGV[1])
 local rank = redis.call('ZRANK', KEYS[1], ARGV[1])
 -- Last seen, only inside the horizon: an entry that has never polled is kept negative (-now), so
 -- the overload guard counts only people who have polled (shard_heads.lua); once polled, entering
@@ -36,4 +36,9 @@ if rank < tonumber(ARGV[5]) then
     redis.call('ZADD', KEYS[3], -tonumber(ARGV[3]), ARGV[1])
   end
 end
-return {1, redis.call('ZSCORE', KEYS[1], ARGV[1]), rank, redis.call('ZCARD', KEYS[1])}
+-- A new place has the score just given; only someone already waiting needs theirs read.
+local score = ARGV[2]
+if added == 0 then
+  score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+end
+return {1, score, rank, redis.call('ZCARD', KEYS[1])}
