@@ -46,6 +46,10 @@ pub const POSITION_ERROR: &str = "waitroom_position_error";
 /// `used` (one round trip), `unused` (read for another score or for nobody waiting) and
 /// `no_guess` (a `timestamp` position with no remembered score: two round trips).
 pub const POSITION_PREFETCH: &str = "waitroom_position_prefetch_total";
+/// `global_counter` numbers that waited nowhere (taken by someone already in the line, or by
+/// a leaver) and could not be recorded as gaps because Redis failed: each makes counted
+/// positions behind it one too large until the head passes it.
+pub const COUNTER_GAPS_LOST: &str = "waitroom_counter_gaps_lost_total";
 /// Redis commands one poll of a waiting person sent to find its position (round trips, counted
 /// where they are sent; the occasional record of the poll is not one of them), by the
 /// `strategy` that computed the position.

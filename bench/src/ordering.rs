@@ -1039,6 +1039,7 @@ impl Bench {
             k.event_config(id.as_str()),
             k.event_stats(id.as_str()),
             k.counter(id.as_str()),
+            k.counter_gaps(id.as_str()),
             k.lease(id.as_str()),
         ] {
             let _: i64 = redis::cmd("UNLINK")

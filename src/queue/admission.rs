@@ -687,24 +687,21 @@ impl EventAdmission {
             .filter_map(|s| s.first_counted)
             .reduce(f64::min)
             .map(|f| f as u64);
-        let key = self.queue.store().keys().event_stats(self.event.as_str());
-        // One HSET, so a poll never reads half of an update. Tagged with the range the figures
-        // describe: figures of an earlier range are never used. No first number: "".
-        let () = self
+        let keys = self.queue.store().keys();
+        // One script (lua/publish_counter.lua): a poll never reads half of an update, and the
+        // gaps behind the new first number leave with its publication. Tagged with the range the
+        // figures describe: figures of an earlier range are never used. No first number: "".
+        let _: i64 = self
             .queue
             .store()
-            .conn()
-            .hset_multiple(
-                &key,
-                &[
-                    (stats::GC_START, cfg.counter_start.to_string()),
-                    (stats::GC_CARRIED, carried.to_string()),
-                    (
-                        stats::GC_FIRST,
-                        first.map(|f| f.to_string()).unwrap_or_default(),
-                    ),
-                ],
-            )
+            .scripts()
+            .publish_counter
+            .key(keys.event_stats(self.event.as_str()))
+            .key(keys.counter_gaps(self.event.as_str()))
+            .arg(cfg.counter_start)
+            .arg(carried)
+            .arg(first.map(|f| f.to_string()).unwrap_or_default())
+            .invoke_async(&mut self.queue.store().conn())
             .await?;
         Ok(first.map(|f| (carried, f)))
     }
@@ -865,11 +862,19 @@ impl EventAdmission {
             let exact = timestamp::position(rank, &ahead);
             if cfg.strategy == StrategyKind::GlobalCounter {
                 // What a poll shows: the counted position, for numbered people, from the
-                // figures this leader published; silent leavers ahead make it differ.
+                // figures this leader published and the gaps recorded ahead; a number whose gap
+                // went unrecorded, or figures a tick old, make it differ.
                 if let (true, Some((carried, first))) =
                     (score >= cfg.counter_start as f64, self.counter_figures)
                 {
-                    let shown = global_counter::position(carried, score as u64, first);
+                    let gaps: u64 = conn
+                        .zcount(
+                            store.keys().counter_gaps(self.event.as_str()),
+                            "-inf",
+                            format!("({}", score as u64),
+                        )
+                        .await?;
+                    let shown = global_counter::position(carried, score as u64, first, gaps);
                     metrics::histogram!(telemetry::POSITION_ERROR, "strategy" => "global_counter")
                         .record(shown.abs_diff(exact) as f64);
                 }

@@ -318,6 +318,11 @@ pub struct Event {
     /// The keys of each shard (`config.shard_tags` order), formatted once when the event is
     /// read rather than by every request: a `timestamp` poll needs all of them.
     pub shard_keys: Vec<ShardKeys>,
+    /// The event's live-figures hash and `global_counter` gap set, formatted once like the
+    /// shard keys: a counted poll reads both.
+    pub stats_key: String,
+    /// See `stats_key`.
+    pub gaps_key: String,
     /// The request path's metric handles for this event.
     pub metrics: EventMetrics,
 }
@@ -521,6 +526,8 @@ impl EventStore {
             hybrid_mode: mode.and_then(|m| m.parse().ok()),
             sold_out: sold_out.as_deref() == Some("1"),
             shard_keys: self.keys.shards(&config.shard_tags),
+            stats_key: self.keys.event_stats(event.as_str()),
+            gaps_key: self.keys.counter_gaps(event.as_str()),
             metrics: EventMetrics::new(event),
             config,
         })))

@@ -312,28 +312,55 @@ impl Queue {
         }
     }
 
-    /// Enters with an arrival number from the event's counter. The number is taken only for
-    /// someone not already in the line, so re-entering leaves no gap in the numbers.
+    /// Enters with an arrival number from the event's counter. The number is taken first and
+    /// the shard read only with `enter.lua`: two round trips one after the other, where a look
+    /// into the shard before taking a number made four (the look's two, the counter, the
+    /// script). A number given to someone already in the line or inside waits nowhere: it is
+    /// recorded as a gap ([`Queue::record_gap`]), which counted positions do not count.
     async fn enter_counted(
         &self,
         event: &EventId,
         ev: &Event,
         ticket: &Ticket,
     ) -> Result<Standing, QueueError> {
-        // Most who enter are not in the line yet: nothing to prefetch for the look.
-        match self.locate(ev, ticket, None, false).await {
-            Err(QueueError::UnknownTicket) => {
-                let number: u64 = self
-                    .store
-                    .scripts()
-                    .next_number
-                    .key(self.store.keys().counter(event.as_str()))
-                    .arg(ev.config.counter_start.saturating_sub(1))
-                    .invoke_async(&mut self.store.conn())
-                    .await?;
-                self.locate(ev, ticket, Some(number), true).await
-            }
-            other => other,
+        let number: u64 = self
+            .store
+            .scripts()
+            .next_number
+            .key(self.store.keys().counter(event.as_str()))
+            .arg(ev.config.counter_start.saturating_sub(1))
+            .invoke_async(&mut self.store.conn())
+            .await?;
+        let reached = self.reach(ev, ticket, Some(number), true).await?;
+        let joined =
+            matches!(reached.reply, ShardStanding::Waiting { score, .. } if score == number as f64);
+        if joined {
+            return self.place(ev, ticket, reached).await;
+        }
+        // The gap is behind this person's own place: their position does not wait for it.
+        let (placed, ()) =
+            tokio::join!(self.place(ev, ticket, reached), self.record_gap(ev, number));
+        placed
+    }
+
+    /// Records `number` of the event's counter range as a gap (`lua/gap.lua`). A failure is
+    /// logged, not returned: the person's own request went through, and an unrecorded gap only
+    /// makes positions behind it one too large until the head passes it.
+    async fn record_gap(&self, ev: &Event, number: u64) {
+        let recorded: Result<i64, RedisError> = self
+            .store
+            .scripts()
+            .gap
+            .key(&ev.stats_key)
+            .key(&ev.gaps_key)
+            .arg(number)
+            .arg(ev.config.counter_start)
+            .invoke_async(&mut self.store.conn())
+            .await;
+        if let Err(e) = recorded {
+            tracing::warn!(event = %ev.id, number, error = %e,
+                "a counter number that waits nowhere was not recorded as a gap");
+            metrics::counter!(telemetry::COUNTER_GAPS_LOST).increment(1);
         }
     }
 
@@ -349,6 +376,18 @@ impl Queue {
         arrival: Option<u64>,
         prefetch: bool,
     ) -> Result<Standing, QueueError> {
+        let reached = self.reach(ev, ticket, arrival, prefetch).await?;
+        self.place(ev, ticket, reached).await
+    }
+
+    /// The first half of [`Queue::locate`]: the own shard's answer and the reads that went with it.
+    async fn reach(
+        &self,
+        ev: &Event,
+        ticket: &Ticket,
+        arrival: Option<u64>,
+        prefetch: bool,
+    ) -> Result<Reached, QueueError> {
         let cfg = &ev.config;
         // Formatted once: the shard, the script or the read all take the member.
         let member = cfg.member(ticket);
@@ -374,8 +413,7 @@ impl Queue {
                 None => self.read_shard(cfg, k, &member).await,
             }
         };
-        let remembers = matches!(cfg.strategy, StrategyKind::Timestamp | StrategyKind::Hybrid);
-        let remembered = match remembers && prefetch {
+        let remembered = match remembers(cfg) && prefetch {
             true => self.scores.get(ticket),
             false => None,
         };
@@ -397,7 +435,27 @@ impl Queue {
             },
             futures::future::Either::Right((ahead, own)) => (own.await, ahead),
         };
-        let reply = reply?;
+        Ok(Reached {
+            shard,
+            reply: reply?,
+            ahead,
+            remembered,
+        })
+    }
+
+    /// The second half of [`Queue::locate`]: the standing from the own shard's answer.
+    async fn place(
+        &self,
+        ev: &Event,
+        ticket: &Ticket,
+        reached: Reached,
+    ) -> Result<Standing, QueueError> {
+        let Reached {
+            shard,
+            reply,
+            ahead,
+            remembered,
+        } = reached;
         if remembered.is_some() && !matches!(reply, ShardStanding::Waiting { .. }) {
             self.scores.remove(ticket);
         }
@@ -411,7 +469,7 @@ impl Queue {
                 rank,
                 shard_size,
             } => {
-                if remembers && remembered != Some(score) {
+                if remembers(&ev.config) && remembered != Some(score) {
                     self.scores.put(ticket, score);
                 }
                 self.waiting(ev, shard, score, rank, shard_size, ahead)
@@ -427,9 +485,9 @@ impl Queue {
     /// The reads of a position that can go out with the own shard's, by the event's effective
     /// strategy: under `timestamp`, the other shards' counts ahead of `guess` (the score the
     /// person is expected to have); under `global_counter` with a counter range, the leader's
-    /// figures. A failed count is kept: at the score guessed it is the position's own error
-    /// (not sent a second time to a node that just failed); at another score the position
-    /// reads again.
+    /// figures and the gaps ahead of `guess`. A failed count is kept: at the score guessed it is
+    /// the position's own error (not sent a second time to a node that just failed); at another
+    /// score the position reads again.
     async fn prefetch(&self, ev: &Event, shard: usize, guess: Option<f64>) -> Ahead {
         match ev.effective_strategy() {
             StrategyKind::Timestamp if ev.config.shards > 1 => match guess {
@@ -444,12 +502,17 @@ impl Queue {
                 }
                 None => Ahead::NoGuess,
             },
-            StrategyKind::GlobalCounter if ev.config.counter_start > 0 => {
-                match self.read_counter_figures(ev).await {
-                    Ok(figures) => Ahead::Figures(figures),
+            StrategyKind::GlobalCounter if ev.config.counter_start > 0 => match guess {
+                Some(score) => match self.read_counter_figures(ev, score as u64).await {
+                    Ok((figures, gaps)) => Ahead::Figures {
+                        number: score as u64,
+                        figures,
+                        gaps,
+                    },
                     Err(_) => Ahead::Nothing,
-                }
-            }
+                },
+                None => Ahead::NoGuess,
+            },
             _ => Ahead::Nothing,
         }
     }
@@ -569,30 +632,46 @@ impl Queue {
             }
             (StrategyKind::GlobalCounter, _) => {
                 let published = if counted {
-                    reads += 1;
-                    match ahead.take() {
-                        Some(Ahead::Figures(figures)) => {
-                            let usable = counter_figures(ev, figures, score);
-                            let outcome = match usable {
-                                Some(_) => Prefetch::Used,
-                                None => Prefetch::Unused,
-                            };
-                            ev.metrics.prefetch(outcome).increment(1);
-                            usable
-                        }
+                    // The figures and the gaps ahead: two commands in one round trip.
+                    reads += 2;
+                    let number = score as u64;
+                    let read = match ahead.take() {
+                        Some(Ahead::Figures {
+                            number: guessed,
+                            figures,
+                            gaps,
+                        }) if guessed == number => Some((figures, gaps)),
                         other => {
-                            if let Some(other) = other {
-                                other.unused(ev);
+                            match other {
+                                Some(Ahead::NoGuess) => {
+                                    ev.metrics.prefetch(Prefetch::NoGuess).increment(1)
+                                }
+                                Some(other) => other.unused(ev),
+                                None => {}
                             }
-                            counter_figures(ev, self.read_counter_figures(ev).await?, score)
+                            None
                         }
+                    };
+                    let prefetched = read.is_some();
+                    let (figures, gaps) = match read {
+                        Some(read) => read,
+                        None => self.read_counter_figures(ev, number).await?,
+                    };
+                    let usable = counter_figures(ev, figures, score);
+                    if prefetched {
+                        let outcome = match usable {
+                            Some(_) => Prefetch::Used,
+                            None => Prefetch::Unused,
+                        };
+                        ev.metrics.prefetch(outcome).increment(1);
                     }
+                    usable.map(|(carried, first)| (carried, first, gaps))
                 } else {
                     None
                 };
                 let position = match published {
-                    Some((carried, first)) => {
-                        global_counter::position(carried, score as u64, first)
+                    Some((carried, first, gaps)) => {
+                        global_counter::position(carried, score as u64, first, gaps)
                     }
                     // People from before the counter range (or before the leader has
                     // published): counted exactly, as they drain first.
@@ -647,18 +726,25 @@ impl Queue {
         Ok(timestamp::position(at.rank, &counts))
     }
 
-    /// The leader's per-tick figures for `global_counter` positions, as stored: the counter
-    /// range they were taken for, people waiting from before it, the first number still waiting.
-    async fn read_counter_figures(&self, ev: &Event) -> Result<CounterFigures, QueueError> {
-        let figures: [Option<String>; 3] = self
-            .store
-            .reads()
+    /// The leader's per-tick figures for `global_counter` positions, as stored (the counter
+    /// range they were taken for, people waiting from before it, the first number still
+    /// waiting), and the recorded gaps below `number`: one pipeline to the event's slot. Every
+    /// recorded gap is at or after the published first number (`lua/gap.lua`), so the count is
+    /// the gaps between the head and `number`.
+    pub(crate) async fn read_counter_figures(
+        &self,
+        ev: &Event,
+        number: u64,
+    ) -> Result<(CounterFigures, u64), QueueError> {
+        let (figures, gaps): ([Option<String>; 3], u64) = redis::pipe()
             .hmget(
-                self.store.keys().event_stats(ev.id.as_str()),
+                &ev.stats_key,
                 &[stats::GC_START, stats::GC_CARRIED, stats::GC_FIRST],
             )
+            .zcount(&ev.gaps_key, "-inf", format!("({number}"))
+            .query_async(&mut self.store.reads())
             .await?;
-        Ok(figures.map(|f| f.and_then(|v| v.parse::<u64>().ok())))
+        Ok((figures.map(|f| f.and_then(|v| v.parse::<u64>().ok())), gaps))
     }
 
     /// For each other shard (`keys`: every shard's, in order), how many wait ahead of a person
@@ -721,7 +807,7 @@ impl Queue {
         let ev = self.events.get(&mut conn, event).await?;
         let member = ev.config.member(ticket);
         let k = &ev.shard_keys[Self::shard_of_member(&ev.config, &member)];
-        let removed: i64 = self
+        let (removed, score): (i64, Option<f64>) = self
             .repairing(event, &ev.config, || async {
                 let mut conn = self.store.conn();
                 Ok(self
@@ -739,6 +825,12 @@ impl Queue {
         self.scores.remove(ticket);
         if removed == 0 {
             return Err(QueueError::UnknownTicket);
+        }
+        // A counted number that waits no more: positions behind it stop counting it.
+        let cfg = &ev.config;
+        let counting = cfg.strategy == StrategyKind::GlobalCounter && cfg.counter_start > 0;
+        if let Some(score) = score.filter(|s| counting && *s >= cfg.counter_start as f64) {
+            self.record_gap(&ev, score as u64).await;
         }
         Ok(())
     }
@@ -956,6 +1048,7 @@ impl Queue {
         // The event's own counter and figures too. Its configuration is read as JSON and a bad
         // one is reported as unreadable, not moved: it cannot be rebuilt from nothing.
         expected.push((self.store.keys().counter(event.as_str()), "string"));
+        expected.push((self.store.keys().counter_gaps(event.as_str()), "zset"));
         expected.push((self.store.keys().event_stats(event.as_str()), "hash"));
         let mut conn = self.store.conn();
         for (key, want) in expected {
@@ -1037,8 +1130,31 @@ enum Ahead {
     Failed { score: f64, error: QueueError },
     /// An exact position's counts, with no score to guess them at.
     NoGuess,
-    /// The leader's `global_counter` figures.
-    Figures(CounterFigures),
+    /// The leader's `global_counter` figures, and the recorded gaps below `number` (the number
+    /// guessed).
+    Figures {
+        number: u64,
+        figures: CounterFigures,
+        gaps: u64,
+    },
+}
+
+/// The own shard's answer to [`Queue::reach`], with what went out beside it.
+struct Reached {
+    shard: usize,
+    reply: ShardStanding,
+    ahead: Ahead,
+    /// The score this instance remembered for the ticket (the guess the prefetch used).
+    remembered: Option<f64>,
+}
+
+/// Strategies whose positions read at the person's score: this instance remembers scores for
+/// them, so that those reads go out with the own shard's ([`Queue::prefetch`]).
+fn remembers(cfg: &EventConfig) -> bool {
+    matches!(
+        cfg.strategy,
+        StrategyKind::Timestamp | StrategyKind::Hybrid | StrategyKind::GlobalCounter
+    )
 }
 
 impl Ahead {

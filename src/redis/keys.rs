@@ -14,6 +14,7 @@
 //! | `<p>:<tag>:s` | zset | a shard's last-seen times: ticket → last enter or poll (ms); negative for an entry that never polled |
 //! | `<p>:<tag>:op` | string | id of the last admission move on the shard (`admit.lua` runs once per id; PX) |
 //! | `<p>:{<event>}:seq` | string | the `global_counter` arrival counter (one hot key per event) |
+//! | `<p>:{<event>}:gaps` | zset | `global_counter` numbers handed out that wait nowhere (a re-entry's, a leaver's), from the first number still waiting on: number → number |
 //! | `<p>:{<event>}:shows` | set | ids of the event's shows (for sold-out) |
 //! | `<p>:show:{<show>}:info` | hash | event, kind (`seated`/`ga`), total, available, sold |
 //! | `<p>:show:{<show>}:seats` | hash | seat → `''` available, `h:<hold>`, `s:<booking>` |
@@ -162,6 +163,12 @@ impl Keys {
         format!("{}:{{{event}}}:seq", self.prefix)
     }
 
+    /// The `global_counter` numbers of an event that were handed out but wait nowhere (see
+    /// `lua/gap.lua`); in the counter's slot.
+    pub fn counter_gaps(&self, event: &str) -> String {
+        format!("{}:{{{event}}}:gaps", self.prefix)
+    }
+
     /// The ids of an event's shows.
     pub fn event_shows(&self, event: &str) -> String {
         format!("{}:{{{event}}}:shows", self.prefix)
@@ -273,6 +280,10 @@ mod tests {
             slot(&keys.event_stats("ev"))
         );
         assert_eq!(slot(&keys.event_config("ev")), slot(&keys.counter("ev")));
+        assert_eq!(
+            slot(&keys.event_stats("ev")),
+            slot(&keys.counter_gaps("ev"))
+        );
         let show = keys.show("s1");
         for k in [
             &show.seats,

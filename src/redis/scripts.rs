@@ -24,6 +24,10 @@ pub struct Scripts {
     pub lease: Script,
     /// See `lua/next_number.lua`.
     pub next_number: Script,
+    /// See `lua/gap.lua`.
+    pub gap: Script,
+    /// See `lua/publish_counter.lua`.
+    pub publish_counter: Script,
     /// See `lua/show_setup.lua`.
     pub show_setup: Script,
     /// See `lua/show_view.lua`.
@@ -57,6 +61,8 @@ impl Scripts {
             admit: line_script(include_str!("../../lua/admit.lua")),
             lease: Script::new(include_str!("../../lua/lease.lua")),
             next_number: Script::new(include_str!("../../lua/next_number.lua")),
+            gap: Script::new(include_str!("../../lua/gap.lua")),
+            publish_counter: Script::new(include_str!("../../lua/publish_counter.lua")),
             show_setup: Script::new(include_str!("../../lua/show_setup.lua")),
             show_view: show_script(include_str!("../../lua/show_view.lua")),
             show_sweep: show_script(include_str!("../../lua/show_sweep.lua")),
@@ -82,6 +88,8 @@ impl Scripts {
             &self.admit,
             &self.lease,
             &self.next_number,
+            &self.gap,
+            &self.publish_counter,
             &self.show_setup,
             &self.show_view,
             &self.show_sweep,
