@@ -410,7 +410,7 @@ impl Queue {
                     .invoke_async::<ShardStanding>(&mut self.store.conn())
                     .await
                     .map_err(QueueError::from),
-                None => self.read_shard(cfg, k, &member).await,
+                None => self.read_shard(cfg, ShardNeeds::of(ev), k, &member).await,
             }
         };
         let remembered = match remembers(cfg) && prefetch {
@@ -530,22 +530,44 @@ impl Queue {
     /// nothing and run no Lua. A lapsed session reads as unknown; the next admission tick removes it.
     /// The record is not counted in `waitroom_redis_commands_per_poll`, which counts the reads
     /// that find a position.
+    ///
+    /// The line's score and size are read only where the event's position uses them
+    /// ([`ShardNeeds`]): a missing score reads as NaN, a missing size as 0.
     async fn read_shard(
         &self,
         cfg: &EventConfig,
+        needs: ShardNeeds,
         k: &ShardKeys,
         member: &str,
     ) -> Result<ShardStanding, QueueError> {
         let now = now_ms();
         let mut conn = self.store.conn();
-        let (score, rank, shard_size, seen): (Option<f64>, Option<u64>, u64, Option<f64>) =
-            redis::pipe()
-                .zscore(&k.waiting, member)
-                .zrank(&k.waiting, member)
-                .zcard(&k.waiting)
-                .zscore(&k.seen, member)
-                .query_async(&mut conn)
-                .await?;
+        let mut pipe = redis::pipe();
+        if needs.score {
+            pipe.zscore(&k.waiting, member);
+        }
+        pipe.zrank(&k.waiting, member);
+        if needs.size {
+            pipe.zcard(&k.waiting);
+        }
+        pipe.zscore(&k.seen, member);
+        let replies: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
+        let mut replies = replies.iter();
+        let mut next = || {
+            replies.next().ok_or_else(|| {
+                RedisError::from((redis::ErrorKind::Client, "a pipeline reply is missing"))
+            })
+        };
+        let score: Option<f64> = match needs.score {
+            true => redis::from_redis_value_ref(next()?).map_err(RedisError::from)?,
+            false => Some(f64::NAN),
+        };
+        let rank: Option<u64> = redis::from_redis_value_ref(next()?).map_err(RedisError::from)?;
+        let shard_size: u64 = match needs.size {
+            true => redis::from_redis_value_ref(next()?).map_err(RedisError::from)?,
+            false => 0,
+        };
+        let seen: Option<f64> = redis::from_redis_value_ref(next()?).map_err(RedisError::from)?;
         if let (Some(score), Some(rank)) = (score, rank) {
             let stale = now.saturating_sub(seen_refresh_ms(cfg)) as f64;
             match seen {
@@ -1137,6 +1159,39 @@ enum Ahead {
         figures: CounterFigures,
         gaps: u64,
     },
+}
+
+/// What a poll's read of its own shard must return besides the rank, by the position the
+/// event's strategy computes ([`Queue::waiting`]). Each reply left out is a command less on
+/// every poll.
+#[derive(Debug, Clone, Copy)]
+struct ShardNeeds {
+    /// The person's score: exact and counted positions, and the prefetch's guess.
+    score: bool,
+    /// The shard's size: estimated positions.
+    size: bool,
+}
+
+impl ShardNeeds {
+    fn of(ev: &Event) -> Self {
+        match ev.config.strategy {
+            // Estimated from the rank, the shard's size and the published total; counted
+            // exactly at the score until a total is published.
+            StrategyKind::Statistical => ShardNeeds {
+                score: ev.waiting_total.is_none(),
+                size: true,
+            },
+            // Either mode.
+            StrategyKind::Hybrid => ShardNeeds {
+                score: true,
+                size: true,
+            },
+            StrategyKind::Timestamp | StrategyKind::GlobalCounter => ShardNeeds {
+                score: true,
+                size: false,
+            },
+        }
+    }
 }
 
 /// The own shard's answer to [`Queue::reach`], with what went out beside it.

@@ -47,11 +47,13 @@ pub enum ShardStanding {
     },
     /// Waiting in the shard's line.
     Waiting {
-        /// The stored order key (arrival µs or counter number).
+        /// The stored order key (arrival µs or counter number); NaN when a poll's read left it
+        /// out (a `statistical` position does not use it: `ShardNeeds` in src/queue/mod.rs).
         score: f64,
         /// 0-based rank within the shard.
         rank: u64,
-        /// People waiting in the shard.
+        /// People waiting in the shard; 0 when a poll's read left it out (exact and counted
+        /// positions do not use it).
         shard_size: u64,
     },
     /// Not in the shard: never entered, left, or the session ended.
