@@ -14,9 +14,15 @@
 -- Invariant, with lua/publish_counter.lua: every recorded gap is at or after the published
 -- first number still waiting, so a poll's ZCOUNT of the gaps below its own number counts exactly
 -- the gaps between the head and itself.
+--
+-- It also drops the gaps behind the published first number, as the leader's publication does:
+-- while a leader of the version before this set leads (a rolling upgrade), nobody else would.
 local f = redis.call('HMGET', KEYS[1], 'gc_start', 'gc_first')
-if f[1] == ARGV[2] and f[2] and f[2] ~= '' and tonumber(ARGV[1]) < tonumber(f[2]) then
-  return 0
+if f[1] == ARGV[2] and f[2] and f[2] ~= '' then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. f[2])
+  if tonumber(ARGV[1]) < tonumber(f[2]) then
+    return 0
+  end
 end
 redis.call('ZADD', KEYS[2], ARGV[1], ARGV[1])
 return 1
