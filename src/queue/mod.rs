@@ -753,7 +753,7 @@ impl Queue {
     /// waiting), and the recorded gaps below `number`: one pipeline to the event's slot. Every
     /// recorded gap is at or after the published first number (`lua/gap.lua`), so the count is
     /// the gaps between the head and `number`.
-    pub(crate) async fn read_counter_figures(
+    async fn read_counter_figures(
         &self,
         ev: &Event,
         number: u64,
