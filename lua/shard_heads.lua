@@ -16,7 +16,12 @@
 -- ARGV[7]  now, ms (the time of this tick's crossing)
 -- Returns  {active_count, waiting_count, {member1, score1, ...}, abandoned_removed,
 --           waiting_before_counter_range, first_score_in_counter_range or '',
---           1 when the overload guard suspended abandonment, else 0}
+--           1 when the overload guard suspended abandonment, else 0,
+--           {numbers in the counter range removed as abandoned}}
+--
+-- The numbers removed go to the leader's publication (lua/publish_counter.lua), which records
+-- those still ahead of somebody as gaps: a place removed here need not be the global head (it is
+-- among the first k of its shard), and counted positions behind it must not count it.
 --
 -- Abandoned people are removed only while they stand among the first k: the scan stays
 -- bounded (at most 4 passes), and people further back are checked when they reach the front.
@@ -41,6 +46,8 @@ redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
 local k = tonumber(ARGV[2])
 local heads = {}
 local abandoned = 0
+local counted_from = tonumber(ARGV[4])
+local numbers_gone = {}
 -- Variadic commands over chunks of members: one redis.call costs microseconds whatever it
 -- carries, so a call per person would dominate the tick (measured: docs/benchmarks.md).
 local CHUNK = 1000
@@ -71,6 +78,9 @@ if k > 0 then
       for i, member in ipairs(chunk) do
         if flags[i] then
           gone[#gone + 1] = member
+          if counted_from and tonumber(scores[i]) >= counted_from then
+            numbers_gone[#numbers_gone + 1] = scores[i]
+          end
         end
       end
     end
@@ -120,4 +130,4 @@ end
 -- Every place removed above was read from the line in this script: the line is now
 -- `waiting - abandoned` long.
 return {redis.call('ZCARD', KEYS[2]), waiting - abandoned, heads, abandoned, carried, first,
-        suspended}
+        suspended, numbers_gone}

@@ -691,18 +691,24 @@ impl EventAdmission {
         // One script (lua/publish_counter.lua): a poll never reads half of an update, and the
         // gaps behind the new first number leave with its publication. Tagged with the range the
         // figures describe: figures of an earlier range are never used. No first number: "".
-        let _: i64 = self
+        // The numbers of places this tick's read removed as abandoned become gaps in the same
+        // step: they were among the first of their shard, not always ahead of everyone.
+        let mut publish = self
             .queue
             .store()
             .scripts()
             .publish_counter
+            .prepare_invoke();
+        publish
             .key(keys.event_stats(self.event.as_str()))
             .key(keys.counter_gaps(self.event.as_str()))
             .arg(cfg.counter_start)
             .arg(carried)
-            .arg(first.map(|f| f.to_string()).unwrap_or_default())
-            .invoke_async(&mut self.queue.store().conn())
-            .await?;
+            .arg(first.map(|f| f.to_string()).unwrap_or_default());
+        for s in shards {
+            publish.arg(&s.abandoned_numbers);
+        }
+        let _: i64 = publish.invoke_async(&mut self.queue.store().conn()).await?;
         Ok(first.map(|f| (carried, f)))
     }
 

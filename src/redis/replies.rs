@@ -102,6 +102,8 @@ pub struct ShardRead {
     pub first_counted: Option<f64>,
     /// The overload guard kept the script from removing anyone as abandoned.
     pub abandonment_suspended: bool,
+    /// Counter numbers (`global_counter` range) of the places removed as abandoned.
+    pub abandoned_numbers: Vec<u64>,
 }
 
 impl FromRedisValue for ShardRead {
@@ -116,6 +118,14 @@ impl FromRedisValue for ShardRead {
             carried: at(&it, 4)?,
             first_counted: first.parse().ok(),
             abandonment_suspended: at::<i64>(&it, 6)? == 1,
+            abandoned_numbers: at::<Vec<String>>(&it, 7)?
+                .iter()
+                .map(|raw| {
+                    raw.parse::<f64>()
+                        .map(|n| n as u64)
+                        .map_err(|_| ParsingError::from(format!("number {raw:?}")))
+                })
+                .collect::<Result<_, _>>()?,
         })
     }
 }

@@ -612,6 +612,84 @@ async fn global_counter_positions_skip_leavers_and_re_entries_and_the_sampler_fi
     assert_eq!(sum1, sum0, "counted positions differ from exact ones");
 }
 
+/// A place removed as abandoned while it is the head of its own shard only (the line's head is
+/// someone else) stops counting in the positions behind it with the leader's next publication,
+/// not when the head passes its number: with the capacity full here, the head never would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn global_counter_stops_counting_a_place_removed_as_abandoned_behind_the_head() {
+    let app = Arc::new(spawn_app().await);
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"shards": 4, "admit_per_second": 0, "active_capacity": 1,
+               "strategy": "global_counter", "abandon_after_seconds": 1}),
+    )
+    .await;
+    let ticket = |v: Value| v["ticket"].as_str().unwrap().to_owned();
+    let mut tickets = Vec::new();
+    for i in 0..10 {
+        tickets.push(ticket(app.enter_ok(&ev, &format!("u{i}")).await));
+    }
+    for t in &tickets {
+        app.poll_ok(&ev, t).await;
+    }
+    // The first is admitted and fills the capacity: from here on nobody is admitted.
+    app.update_event(&ev, json!({"admit_per_second": 1000}))
+        .await;
+    eventually(Duration::from_secs(10), "the first admitted", || async {
+        (app.poll_ok(&ev, &tickets[0]).await["status"] == "admitted").then_some(())
+    })
+    .await;
+    // The figures of the tick that admitted them describe the line before it: the next tick's
+    // count the admitted one out.
+    eventually(Duration::from_secs(3), "the tenth at 9", || async {
+        (app.poll_ok(&ev, &tickets[9]).await["position"] == 9).then_some(())
+    })
+    .await;
+    // Everyone keeps polling but the fifth, who walks away without leaving: the line's head is
+    // the second, so the fifth is removed as the head of its shard at most.
+    let silent = &tickets[4];
+    let started = Instant::now();
+    while exact_positions(&app, &ev)
+        .await
+        .0
+        .contains_key(&member(silent))
+    {
+        for t in tickets.iter().filter(|t| *t != silent) {
+            app.poll_ok(&ev, t).await;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the silent place was never removed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let exact = exact_positions(&app, &ev).await;
+    assert_eq!(exact.len(), 8, "nine waited; one was removed");
+    assert_eq!(exact[&tickets[9]], 8);
+    // Within a tick or two (100 ms each) everyone behind the removed place sees it gone.
+    eventually(
+        Duration::from_secs(3),
+        "counted positions behind the removed place exact",
+        || async {
+            for t in &tickets[5..] {
+                let shown = app.poll_ok(&ev, t).await;
+                if shown["position"].as_u64() != Some(exact[t]) {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
+    for t in &tickets[1..4] {
+        assert_eq!(
+            app.poll_ok(&ev, t).await["position"].as_u64(),
+            Some(exact[t])
+        );
+    }
+}
+
 /// Polls every ticket (100 at a time), with `last=` the position shown before when given;
 /// returns each one's shown position.
 async fn poll_all(
