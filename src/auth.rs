@@ -66,11 +66,14 @@ impl Signer {
         mac
     }
 
-    /// A hex HMAC of `parts` in `domain` (length-prefixed, so no two part lists collide).
+    /// The HMAC of `parts` in `domain` (length-prefixed, so no two part lists collide).
+    pub fn digest(&self, domain: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+        self.mac(domain, parts).finalize().into_bytes().into()
+    }
+
+    /// [`Signer::digest`] in hex.
     pub fn tag(&self, domain: &[u8], parts: &[&[u8]]) -> String {
-        self.mac(domain, parts)
-            .finalize()
-            .into_bytes()
+        self.digest(domain, parts)
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect()

@@ -12,6 +12,8 @@
 //! - [`merge`]: `waitroom-bench merge` — picks per second of the admission's K-way merge.
 //! - [`naive`]: `waitroom-bench naive-server` — the one-sorted-set baseline `scripts/bench`
 //!   measures the service against, and `waitroom-bench tickets` for its wrk poll runs.
+//! - [`numbered`]: `waitroom-bench numbered-server` — a measuring prototype of the numbered line
+//!   (docs/numbered-line.md), run beside the naive server by `scripts/bench-instr`.
 
 #![forbid(unsafe_code)]
 
@@ -20,6 +22,7 @@ pub mod loadgen;
 pub mod mapflood;
 pub mod merge;
 pub mod naive;
+pub mod numbered;
 pub mod ordering;
 
 /// Creates an event (`event_body` as its configuration) and a seated show of about `seats`

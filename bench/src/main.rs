@@ -31,6 +31,10 @@ enum Command {
     Merge(waitroom_bench::merge::MergeArgs),
     /// The naive one-set server waitroom is compared with (scripts/bench).
     NaiveServer(waitroom_bench::naive::NaiveArgs),
+    /// A measuring prototype of the numbered line's enter and poll (docs/numbered-line.md).
+    NumberedServer(waitroom_bench::numbered::NumberedArgs),
+    /// The numbered tickets of the users a wrk enter run made against the prototype.
+    NumberedTickets(waitroom_bench::numbered::NumberedTicketsArgs),
     /// The tickets of the users a wrk enter run made (scripts/bench).
     Tickets(waitroom_bench::naive::TicketsArgs),
 }
@@ -44,6 +48,8 @@ async fn main() -> anyhow::Result<()> {
         Command::OrderingBench(args) => waitroom_bench::ordering::run(*args).await.map(|_| ()),
         Command::MapFlood(args) => waitroom_bench::mapflood::run(*args).await.map(|_| ()),
         Command::NaiveServer(args) => waitroom_bench::naive::run(args).await,
+        Command::NumberedServer(args) => waitroom_bench::numbered::run(args).await,
+        Command::NumberedTickets(args) => waitroom_bench::numbered::numbered_tickets(args).await,
         Command::Tickets(args) => waitroom_bench::naive::tickets(&args),
         Command::Merge(args) => {
             waitroom_bench::merge::run(&args);

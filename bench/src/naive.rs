@@ -22,7 +22,7 @@ use serde_json::json;
 
 use waitroom::auth::Signer;
 use waitroom::config::DEV_TOKEN_SECRET;
-use waitroom::ids::{EventId, UserId};
+use waitroom::ids::{EventId, Ticket, UserId};
 
 /// Options of `waitroom-bench naive-server`.
 #[derive(Debug, Clone, Args)]
@@ -48,16 +48,18 @@ struct Naive {
     prefix: String,
 }
 
+/// The body of an enter.
 #[derive(Deserialize)]
-struct Enter {
-    user_id: String,
+pub(crate) struct Enter {
+    pub(crate) user_id: String,
 }
 
 fn key(prefix: &str, event: &str) -> String {
     format!("{prefix}:{{{event}}}:line")
 }
 
-fn status(event: &str, ticket: &str, rank: i64) -> Response {
+/// The answer of an enter or a poll: waiting at `rank + 1`.
+pub(crate) fn status(event: &str, ticket: &str, rank: i64) -> Response {
     Json(json!({
         "ticket": ticket,
         "event": event,
@@ -70,7 +72,8 @@ fn status(event: &str, ticket: &str, rank: i64) -> Response {
     .into_response()
 }
 
-fn error(code: StatusCode, what: &str) -> Response {
+/// An error answer.
+pub(crate) fn error(code: StatusCode, what: &str) -> Response {
     (code, Json(json!({"error": what, "message": what}))).into_response()
 }
 
@@ -163,15 +166,24 @@ pub struct TicketsArgs {
 /// naive server's alike: both derive them with the development secret).
 pub fn tickets(args: &TicketsArgs) -> anyhow::Result<()> {
     use std::io::Write as _;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for t in user_tickets(args)? {
+        writeln!(out, "{t}")?;
+    }
+    Ok(())
+}
+
+/// The tickets of the users a wrk enter run made, in order.
+pub(crate) fn user_tickets(args: &TicketsArgs) -> anyhow::Result<Vec<Ticket>> {
     let signer = Signer::new(DEV_TOKEN_SECRET);
     let ev = EventId::parse(&args.event).map_err(|e| anyhow::anyhow!("event: {e}"))?;
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut all = Vec::new();
     for (thread, &count) in args.counts.iter().enumerate() {
         for n in 1..=count.saturating_sub(args.skip) {
             let user = UserId::parse(&format!("w{thread}-{n}"))
                 .map_err(|e| anyhow::anyhow!("user: {e}"))?;
-            writeln!(out, "{}", signer.ticket(&ev, &user))?;
+            all.push(signer.ticket(&ev, &user));
         }
     }
-    Ok(())
+    Ok(all)
 }
