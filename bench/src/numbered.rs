@@ -71,6 +71,10 @@ pub struct NumberedArgs {
     /// the UUID the API asks for): a poll then reads no index, one pipeline to the event's slot.
     #[arg(long)]
     pub numbered_tickets: bool,
+    /// With numbered tickets: a poll is one script on the event's slot (lua below) instead of a
+    /// pipeline of four commands: one command for the client, the arithmetic in Redis.
+    #[arg(long)]
+    pub poll_script: bool,
 }
 
 struct Numbered {
@@ -78,6 +82,7 @@ struct Numbered {
     signer: Signer,
     args: NumberedArgs,
     index: Script,
+    poll_script: Script,
     numbers: Mutex<HashMap<String, u64>>,
 }
 
@@ -109,6 +114,19 @@ fn number_of(signer: &Signer, event: &str, t: Ticket) -> Option<u64> {
     let n = u64::from_be_bytes(n);
     (numbered_ticket(signer, event, n) == t).then_some(n)
 }
+
+/// A numbered ticket's poll in one script: `{position, 1 if the number has left}`; the same
+/// reads and arithmetic as `Numbered::position_and_gone`.
+/// KEYS: stats, gone, gone:prefix. ARGV: n, BLOCK.
+const POLL_LUA: &str = r"
+local n, size = tonumber(ARGV[1]), tonumber(ARGV[2])
+local block = math.floor(n / size)
+local f = redis.call('HMGET', KEYS[1], 'boundary', 'gone_before')
+local boundary, before = tonumber(f[1]) or 1, tonumber(f[2]) or 0
+local ahead = (tonumber(redis.call('HGET', KEYS[3], block)) or 0)
+  + redis.call('BITCOUNT', KEYS[2], block * size, n - 1, 'BIT') - before
+local behind = math.max(n - boundary, 0)
+return {behind + 1 - math.min(math.max(ahead, 0), behind), redis.call('GETBIT', KEYS[2], n)}";
 
 impl Numbered {
     fn event_key(&self, event: &str, what: &str) -> String {
@@ -230,7 +248,20 @@ async fn poll(
         let Some(n) = number_of(&s.signer, &event, ticket) else {
             return error(StatusCode::NOT_FOUND, "not_found");
         };
-        return match s.position_and_gone(&event, n, true).await {
+        let answer = if s.args.poll_script {
+            s.poll_script
+                .key(s.event_key(&event, "stats"))
+                .key(s.event_key(&event, "gone"))
+                .key(s.event_key(&event, "gone:prefix"))
+                .arg(n)
+                .arg(BLOCK)
+                .invoke_async::<(u64, u8)>(&mut s.redis.clone())
+                .await
+                .map(|(p, g)| (p, g == 1))
+        } else {
+            s.position_and_gone(&event, n, true).await
+        };
+        return match answer {
             Ok((_, true)) => error(StatusCode::NOT_FOUND, "not_found"),
             Ok((p, false)) => status(&event, &ticket.to_string(), p as i64 - 1),
             Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
@@ -287,6 +318,7 @@ pub async fn run(args: NumberedArgs) -> anyhow::Result<()> {
         signer: Signer::new(DEV_TOKEN_SECRET),
         args,
         index: Script::new(INDEX_LUA),
+        poll_script: Script::new(POLL_LUA),
         numbers: Mutex::new(HashMap::new()),
     });
     let app = Router::new()
@@ -345,8 +377,10 @@ pub async fn numbered_tickets(args: NumberedTicketsArgs) -> anyhow::Result<()> {
             groups: args.groups,
             remember: false,
             numbered_tickets: true,
+            poll_script: false,
         },
         index: Script::new(INDEX_LUA),
+        poll_script: Script::new(POLL_LUA),
         numbers: Mutex::new(HashMap::new()),
     };
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
