@@ -41,12 +41,9 @@ const BLOCK: u64 = 32_768;
 /// number's own block before it, the departures in all blocks before that.
 type PositionReads = ((Option<u64>, Option<u64>), u64, Option<u64>);
 
-/// Options of `waitroom-bench numbered-server`.
+/// Where the prototype's keys are: the cluster, the prefix and the index's buckets.
 #[derive(Debug, Clone, Args)]
-pub struct NumberedArgs {
-    /// Listen address.
-    #[arg(long, default_value = "127.0.0.1:8097")]
-    pub addr: SocketAddr,
+pub struct LayoutArgs {
     /// Redis Cluster nodes (the local stack by default).
     #[arg(
         long,
@@ -63,6 +60,40 @@ pub struct NumberedArgs {
     /// Hash-tag groups the buckets are spread over (as the service's shards).
     #[arg(long, default_value_t = 8)]
     pub groups: u32,
+}
+
+impl LayoutArgs {
+    fn event_key(&self, event: &str, what: &str) -> String {
+        format!("{}:{{{event}}}:{what}", self.key_prefix)
+    }
+
+    fn bucket_key(&self, event: &str, member: &str) -> String {
+        let b = u32::from(slot(member)) % self.buckets.max(1);
+        let g = b % self.groups.max(1);
+        format!("{}:{{{event}:{g}}}:ix:{b}", self.key_prefix)
+    }
+
+    async fn connect(&self) -> anyhow::Result<ClusterConnection> {
+        anyhow::ensure!(
+            self.buckets > 0 && self.groups > 0,
+            "--buckets and --groups must be above 0"
+        );
+        redis::cluster::ClusterClient::new(self.redis_nodes.clone())?
+            .get_async_connection()
+            .await
+            .context("connecting to the Redis Cluster")
+    }
+}
+
+/// Options of `waitroom-bench numbered-server`.
+#[derive(Debug, Clone, Args)]
+pub struct NumberedArgs {
+    /// Listen address.
+    #[arg(long, default_value = "127.0.0.1:8097")]
+    pub addr: SocketAddr,
+    /// The keys.
+    #[command(flatten)]
+    pub layout: LayoutArgs,
     /// Remember the numbers this server handed out, so a poll reads its position alongside the
     /// index entry instead of after it (as the service's score cache does).
     #[arg(long)]
@@ -130,13 +161,11 @@ return {behind + 1 - math.min(math.max(ahead, 0), behind), redis.call('GETBIT', 
 
 impl Numbered {
     fn event_key(&self, event: &str, what: &str) -> String {
-        format!("{}:{{{event}}}:{what}", self.args.key_prefix)
+        self.args.layout.event_key(event, what)
     }
 
     fn bucket_key(&self, event: &str, member: &str) -> String {
-        let b = u32::from(slot(member)) % self.args.buckets;
-        let g = b % self.args.groups;
-        format!("{}:{{{event}:{g}}}:ix:{b}", self.args.key_prefix)
+        self.args.layout.bucket_key(event, member)
     }
 
     /// The reads a position at number `n` needs, one pipeline to the event's slot.
@@ -304,14 +333,7 @@ async fn poll(
 
 /// Serves until killed.
 pub async fn run(args: NumberedArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        args.buckets > 0 && args.groups > 0,
-        "--buckets and --groups must be above 0"
-    );
-    let redis = redis::cluster::ClusterClient::new(args.redis_nodes.clone())?
-        .get_async_connection()
-        .await
-        .context("connecting to the Redis Cluster")?;
+    let redis = args.layout.connect().await?;
     let addr = args.addr;
     let state = Arc::new(Numbered {
         redis,
@@ -338,61 +360,28 @@ pub struct NumberedTicketsArgs {
     /// The users, as `waitroom-bench tickets` takes them.
     #[command(flatten)]
     pub users: crate::naive::TicketsArgs,
-    /// Redis Cluster nodes (the local stack by default).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "redis://127.0.0.1:7000,redis://127.0.0.1:7001,redis://127.0.0.1:7002"
-    )]
-    pub redis_nodes: Vec<String>,
-    /// The prototype's key prefix.
-    #[arg(long, default_value = "numbered")]
-    pub key_prefix: String,
-    /// The prototype's index buckets.
-    #[arg(long, default_value_t = 16_384)]
-    pub buckets: u32,
-    /// The prototype's hash-tag groups.
-    #[arg(long, default_value_t = 8)]
-    pub groups: u32,
+    /// The prototype's keys.
+    #[command(flatten)]
+    pub layout: LayoutArgs,
 }
 
 /// Prints the numbered tickets of the users a wrk enter run made against
 /// `numbered-server --numbered-tickets`: each user's number read from the index.
 pub async fn numbered_tickets(args: NumberedTicketsArgs) -> anyhow::Result<()> {
     use std::io::Write as _;
-    let mut conn = redis::cluster::ClusterClient::new(args.redis_nodes.clone())?
-        .get_async_connection()
-        .await
-        .context("connecting to the Redis Cluster")?;
+    let mut conn = args.layout.connect().await?;
     let signer = Signer::new(DEV_TOKEN_SECRET);
-    let event = args.users.event.clone();
-    let proto = Numbered {
-        redis: conn.clone(),
-        signer: Signer::new(DEV_TOKEN_SECRET),
-        args: NumberedArgs {
-            addr: "127.0.0.1:0".parse()?,
-            redis_nodes: args.redis_nodes.clone(),
-            key_prefix: args.key_prefix.clone(),
-            buckets: args.buckets,
-            groups: args.groups,
-            remember: false,
-            numbered_tickets: true,
-            poll_script: false,
-        },
-        index: Script::new(INDEX_LUA),
-        poll_script: Script::new(POLL_LUA),
-        numbers: Mutex::new(HashMap::new()),
-    };
+    let event = &args.users.event;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for t in crate::naive::user_tickets(&args.users)? {
         let member = t.to_short_member();
         let n: Option<u64> = redis::cmd("HGET")
-            .arg(proto.bucket_key(&event, &member))
+            .arg(args.layout.bucket_key(event, &member))
             .arg(&member)
             .query_async(&mut conn)
             .await?;
         if let Some(n) = n {
-            writeln!(out, "{}", numbered_ticket(&signer, &event, n))?;
+            writeln!(out, "{}", numbered_ticket(&signer, event, n))?;
         }
     }
     Ok(())
