@@ -3,7 +3,7 @@
 //! service's code: it has only enter and poll, no admission (the boundary stays at the first
 //! number), no leave, no limits, no metrics, so that its requests cost what the layout costs,
 //! measured the way the naive server is (the same crates, routes, answer fields and tickets;
-//! `scripts/bench-instr` runs it with `NUMBERED=1`).
+//! `scripts/bench-instr` and `scripts/bench-cpu` run it with `NUMBERED=1`).
 //!
 //! Enter takes a number (`INCR`, the event's slot), then writes the person's index entry with
 //! one script on their index bucket while the position's reads for that number go to the
@@ -11,7 +11,9 @@
 //! reads; with `--remember`, a number this server handed out is read alongside instead of
 //! before. The position is `n − boundary + 1 − departed(boundary, n)`, the departures from the
 //! prefix sum of the blocks before n's and one partial `BITCOUNT … BIT`: exact, three commands
-//! whatever the line's size or the shard count.
+//! whatever the line's size or the shard count. With `--numbered-tickets` the ticket carries
+//! its number (signed), so a poll reads no index: four commands to the event's slot, or one
+//! script with `--poll-script`.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
