@@ -22,8 +22,10 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 use tower_http::trace::TraceLayer;
+use tracing::{Level, Span};
 
 use crate::booking::Bookings;
 use crate::queue::Queue;
@@ -159,7 +161,7 @@ pub fn router(state: AppState, timeout: Duration, body_timeout: Duration) -> Rou
         ))
         .layer(RequestBodyTimeoutLayer::new(body_timeout))
         .layer(middleware::from_fn_with_state(state.clone(), edge))
-        .layer(TraceLayer::new_for_http())
+        .layer(TraceLayer::new_for_http().on_failure(log_failure))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(CatchPanicLayer::custom(|_| {
             tracing::error!("handler panicked");
@@ -168,6 +170,29 @@ pub fn router(state: AppState, timeout: Duration, body_timeout: Duration) -> Rou
             (axum::http::StatusCode::INTERNAL_SERVER_ERROR, body).into_response()
         }))
         .with_state(state)
+}
+
+/// How loud a failed answer is in the log. A 503 is the service refusing on purpose: a back end
+/// is down (the fault itself is logged at ERROR where it is met, `ApiError::from`), a request ran
+/// out of time, or `/readyz` says "not yet" while the service starts. Each is counted in
+/// `waitroom_http_requests_total`; a second ERROR line per answer would double an outage's log
+/// and page whoever alerts on ERROR at every start-up. Anything else (a 500, a connection
+/// error) is an error.
+fn failure_level(class: &ServerErrorsFailureClass) -> Level {
+    match class {
+        ServerErrorsFailureClass::StatusCode(StatusCode::SERVICE_UNAVAILABLE) => Level::WARN,
+        _ => Level::ERROR,
+    }
+}
+
+/// The trace layer's failure log, at [`failure_level`].
+fn log_failure(class: ServerErrorsFailureClass, latency: Duration, span: &Span) {
+    let ms = latency.as_millis() as u64;
+    if failure_level(&class) == Level::WARN {
+        tracing::warn!(parent: span, classification = %class, latency_ms = ms, "response failed");
+    } else {
+        tracing::error!(parent: span, classification = %class, latency_ms = ms, "response failed");
+    }
 }
 
 /// The per-request work around every route, as one middleware (each `from_fn` layer costs a
@@ -234,4 +259,21 @@ fn intern(value: &str) -> &'static str {
     let leaked: &'static str = Box::leak(value.to_owned().into_boxed_str());
     set.insert(leaked);
     leaked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_503_is_logged_as_a_warning_and_every_other_failure_as_an_error() {
+        let status = |s| failure_level(&ServerErrorsFailureClass::StatusCode(s));
+        assert_eq!(status(StatusCode::SERVICE_UNAVAILABLE), Level::WARN);
+        assert_eq!(status(StatusCode::INTERNAL_SERVER_ERROR), Level::ERROR);
+        assert_eq!(status(StatusCode::GATEWAY_TIMEOUT), Level::ERROR);
+        assert_eq!(
+            failure_level(&ServerErrorsFailureClass::Error("connection reset".into())),
+            Level::ERROR
+        );
+    }
 }
