@@ -79,6 +79,10 @@ pub struct LoadgenArgs {
     /// Ordering strategy.
     #[arg(long, default_value = "timestamp")]
     pub strategy: String,
+    /// How the event keeps its line: `sorted_sets` or `numbered` (docs/numbered-line.md; its
+    /// strategy is `global_counter`, whatever `--strategy` says).
+    #[arg(long, default_value = "sorted_sets")]
+    pub line_form: String,
     /// Seats of the show (rows of 50).
     #[arg(long, default_value_t = 1000)]
     pub seats: usize,
@@ -867,7 +871,9 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
         &args.admin_token,
         &event,
         json!({"shards": args.shards, "admit_per_second": 0,
-               "active_capacity": 10_000_000, "strategy": args.strategy, "max_seats_per_hold": 4,
+               "active_capacity": 10_000_000, "max_seats_per_hold": 4,
+               "strategy": if args.line_form == "numbered" { "global_counter" } else { args.strategy.as_str() },
+               "line_form": args.line_form,
                "abandon_after_seconds": args.abandon_after_seconds}),
         &show,
         args.seats,

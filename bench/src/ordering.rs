@@ -33,7 +33,7 @@ use waitroom_strategies::{OrderKey, StrategyKind};
 use waitroom::auth::Signer;
 use waitroom::config::RedisConfig;
 use waitroom::ids::{EventId, Ticket, UserId};
-use waitroom::queue::event::{EventConfig, EventPatch, EventState};
+use waitroom::queue::event::{EventConfig, EventPatch, EventState, LineForm};
 use waitroom::queue::Queue;
 use waitroom::redis::keys::stats;
 use waitroom::redis::{connect_reads, RedisConn, Store};
@@ -918,109 +918,170 @@ impl Bench {
             StrategyKind::Statistical,
         ] {
             let cfg = self.set_strategy(&id, strategy).await?;
-            let primaries: Vec<&Node> = self.nodes.iter().filter(|n| !n.replica).collect();
-            let mut saved = Vec::new();
-            for node in &primaries {
-                let mut c = node_conn(node).await?;
-                let (_, threshold): (String, String) = redis::cmd("CONFIG")
-                    .arg("GET")
-                    .arg("slowlog-log-slower-than")
-                    .query_async(&mut c)
-                    .await?;
-                saved.push(threshold);
-                let () = redis::cmd("CONFIG")
-                    .arg("SET")
-                    .arg("slowlog-log-slower-than")
-                    .arg(SLOWLOG_US)
-                    .query_async(&mut c)
-                    .await?;
-                let () = redis::cmd("SLOWLOG")
-                    .arg("RESET")
-                    .query_async(&mut c)
-                    .await?;
-            }
-            let scripts_before = self.command_calls().await?;
-            let started = Instant::now();
-            let admitted =
-                waitroom::queue::admission::admit_once(self.queue.clone(), &id, &cfg, count)
-                    .await?;
-            let wall_ms = started.elapsed().as_secs_f64() * 1000.0;
-            let names: HashMap<String, &str> = [
-                (
-                    self.queue.store().scripts().shard_heads.get_hash(),
-                    "shard_heads.lua",
-                ),
-                (self.queue.store().scripts().admit.get_hash(), "admit.lua"),
-            ]
-            .into_iter()
-            .map(|(h, n)| (h.to_owned(), n))
-            .collect();
-            let mut row = AdmitRow {
-                waiting,
-                shards: n,
-                strategy: strategy.to_string(),
-                admitted,
-                wall_ms,
-                scripts_ms: 0.0,
-                scripts: 0,
-                slowest_ms: 0.0,
-                slowest: format!("none over {SLOWLOG_US} µs"),
-                logged: Default::default(),
-            };
-            let scripts_after = self.command_calls().await?;
-            for (node, threshold) in primaries.iter().zip(saved) {
-                let mut c = node_conn(node).await?;
-                let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
-                    .arg("GET")
-                    .arg(-1)
-                    .query_async(&mut c)
-                    .await?;
-                let () = redis::cmd("CONFIG")
-                    .arg("SET")
-                    .arg("slowlog-log-slower-than")
-                    .arg(threshold)
-                    .query_async(&mut c)
-                    .await?;
-                for (micros, argv) in log.iter().filter_map(slowlog_entry) {
-                    let command = argv.first().map(|c| c.to_ascii_lowercase());
-                    let name = match command.as_deref() {
-                        // This measurement's own and the client's housekeeping.
-                        Some(
-                            "config" | "slowlog" | "cluster" | "info" | "ping" | "client" | "hello"
-                            | "readonly",
-                        )
-                        | None => continue,
-                        Some("evalsha") => argv
-                            .get(1)
-                            .and_then(|h| names.get(h).copied())
-                            .unwrap_or("evalsha (other script)")
-                            .to_owned(),
-                        Some(other) => other.to_owned(),
-                    };
-                    let ms = micros as f64 / 1000.0;
-                    let entry = row.logged.entry(name.clone()).or_default();
-                    entry.0 += 1;
-                    entry.1 += ms;
-                    if ms > row.slowest_ms {
-                        row.slowest_ms = ms;
-                        row.slowest = name;
-                    }
-                }
-            }
-            // Replicas run no EVALSHA (Redis 7 replicates a script's effects), so every node's
-            // count can be summed.
-            let delta = |f: fn(&Calls) -> u64| -> u64 {
-                let sum = |calls: &[Calls]| calls.iter().map(f).sum::<u64>();
-                sum(&scripts_after).saturating_sub(sum(&scripts_before))
-            };
-            row.scripts = delta(|c| c.evalsha) as usize;
-            row.scripts_ms = delta(|c| c.evalsha_usec) as f64 / 1000.0;
-            waiting -= admitted;
+            let row = self
+                .measure_tick(&id, &cfg, count, waiting, strategy.to_string())
+                .await?;
+            waiting -= row.admitted;
             rows.push(row);
         }
-        eprintln!("measured admission from {w} waiting over {n} shards");
         self.drop_event(&id, &cfg).await?;
+        rows.push(self.measure_numbered_admission(w, n, count).await?);
+        eprintln!("measured admission from {w} waiting over {n} shards");
         Ok(rows)
+    }
+
+    /// The same tick on a numbered line (docs/numbered-line.md) of `w` people: numbers 1..=w
+    /// handed out, the first `2 × count` with a last-seen record of just now (as a live line's
+    /// front has), the boundary at 1. A tick reads no index, so none is written here.
+    async fn measure_numbered_admission(
+        &self,
+        w: usize,
+        n: u32,
+        count: usize,
+    ) -> anyhow::Result<AdmitRow> {
+        let id = EventId::parse(&format!(
+            "b{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..12]
+        ))?;
+        let patch = EventPatch {
+            shards: Some(n),
+            admit_per_second: Some(0.0),
+            active_capacity: Some(10_000_000),
+            line_form: Some(LineForm::Numbered),
+            state: Some(EventState::Paused),
+            ..Default::default()
+        };
+        let (cfg, _) = self.queue.put_event(&id, &patch).await?;
+        let keys = self.queue.store().keys().numbered(id.as_str());
+        let mut conn = self.queue.store().conn();
+        let () = conn.set(&keys.seq, w).await?;
+        let now = waitroom::queue::now_ms() as f64;
+        let front = (count * 2).min(w);
+        for chunk in (1..=front).collect::<Vec<_>>().chunks(2000) {
+            let items: Vec<(f64, usize)> = chunk.iter().map(|n| (now, *n)).collect();
+            let _: i64 = conn.zadd_multiple(&keys.seen, &items).await?;
+        }
+        let row = self
+            .measure_tick(&id, &cfg, count, w, "global_counter, numbered line".into())
+            .await?;
+        for key in keys.all() {
+            let _: i64 = redis::cmd("UNLINK").arg(key).query_async(&mut conn).await?;
+        }
+        self.drop_event(&id, &cfg).await?;
+        Ok(row)
+    }
+
+    /// One admission tick of `count` with the scheduler's own code: its wall time, the scripts'
+    /// time (`cmdstat_evalsha`) and the slowest command in the SLOWLOG.
+    async fn measure_tick(
+        &self,
+        id: &EventId,
+        cfg: &EventConfig,
+        count: usize,
+        waiting: usize,
+        label: String,
+    ) -> anyhow::Result<AdmitRow> {
+        let primaries: Vec<&Node> = self.nodes.iter().filter(|n| !n.replica).collect();
+        let mut saved = Vec::new();
+        for node in &primaries {
+            let mut c = node_conn(node).await?;
+            let (_, threshold): (String, String) = redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("slowlog-log-slower-than")
+                .query_async(&mut c)
+                .await?;
+            saved.push(threshold);
+            let () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("slowlog-log-slower-than")
+                .arg(SLOWLOG_US)
+                .query_async(&mut c)
+                .await?;
+            let () = redis::cmd("SLOWLOG")
+                .arg("RESET")
+                .query_async(&mut c)
+                .await?;
+        }
+        let scripts_before = self.command_calls().await?;
+        let started = Instant::now();
+        let admitted =
+            waitroom::queue::admission::admit_once(self.queue.clone(), id, cfg, count).await?;
+        let wall_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let names: HashMap<String, &str> = [
+            (
+                self.queue.store().scripts().shard_heads.get_hash(),
+                "shard_heads.lua",
+            ),
+            (self.queue.store().scripts().admit.get_hash(), "admit.lua"),
+            (
+                self.queue.store().scripts().nl_tick.get_hash(),
+                "nl_tick.lua",
+            ),
+        ]
+        .into_iter()
+        .map(|(h, n)| (h.to_owned(), n))
+        .collect();
+        let mut row = AdmitRow {
+            waiting,
+            shards: cfg.shards,
+            strategy: label,
+            admitted,
+            wall_ms,
+            scripts_ms: 0.0,
+            scripts: 0,
+            slowest_ms: 0.0,
+            slowest: format!("none over {SLOWLOG_US} µs"),
+            logged: Default::default(),
+        };
+        let scripts_after = self.command_calls().await?;
+        for (node, threshold) in primaries.iter().zip(saved) {
+            let mut c = node_conn(node).await?;
+            let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
+                .arg("GET")
+                .arg(-1)
+                .query_async(&mut c)
+                .await?;
+            let () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("slowlog-log-slower-than")
+                .arg(threshold)
+                .query_async(&mut c)
+                .await?;
+            for (micros, argv) in log.iter().filter_map(slowlog_entry) {
+                let command = argv.first().map(|c| c.to_ascii_lowercase());
+                let name = match command.as_deref() {
+                    // This measurement's own and the client's housekeeping.
+                    Some(
+                        "config" | "slowlog" | "cluster" | "info" | "ping" | "client" | "hello"
+                        | "readonly",
+                    )
+                    | None => continue,
+                    Some("evalsha") => argv
+                        .get(1)
+                        .and_then(|h| names.get(h).copied())
+                        .unwrap_or("evalsha (other script)")
+                        .to_owned(),
+                    Some(other) => other.to_owned(),
+                };
+                let ms = micros as f64 / 1000.0;
+                let entry = row.logged.entry(name.clone()).or_default();
+                entry.0 += 1;
+                entry.1 += ms;
+                if ms > row.slowest_ms {
+                    row.slowest_ms = ms;
+                    row.slowest = name;
+                }
+            }
+        }
+        // Replicas run no EVALSHA (Redis 7 replicates a script's effects), so every node's
+        // count can be summed.
+        let delta = |f: fn(&Calls) -> u64| -> u64 {
+            let sum = |calls: &[Calls]| calls.iter().map(f).sum::<u64>();
+            sum(&scripts_after).saturating_sub(sum(&scripts_before))
+        };
+        row.scripts = delta(|c| c.evalsha) as usize;
+        row.scripts_ms = delta(|c| c.evalsha_usec) as f64 / 1000.0;
+        Ok(row)
     }
 
     async fn drop_event(&self, id: &EventId, cfg: &EventConfig) -> anyhow::Result<()> {

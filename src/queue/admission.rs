@@ -35,12 +35,17 @@ use waitroom_strategies::hybrid::{HybridInputs, HybridPolicy};
 use waitroom_strategies::merge::{group_by_shard, merge_heads, ShardHeads, ShardPick};
 use waitroom_strategies::{global_counter, round_robin, statistical, timestamp, StrategyKind};
 
-use super::event::{EventConfig, EventState};
+use super::event::{EventConfig, EventState, LineForm};
 use super::{horizon, now_ms, seen_refresh_ms, Queue, QueueError};
 use crate::config::AdmissionConfig;
 use crate::ids::EventId;
 use crate::redis::keys::stats;
 use crate::redis::replies::{AdmitRefusal, Admitted, Granted, Lease, ShardRead};
+use crate::redis::scripts::with_numbered_keys;
+
+/// `lua/nl_tick.lua`'s reply: admitted, abandoned, active after, waiting after, status, guard,
+/// boundary after.
+type NumberedTick = (u64, u64, u64, u64, i64, i64, u64);
 use crate::telemetry;
 
 /// What the admission leader does for the seats of its event, about once a second: lapse
@@ -342,6 +347,9 @@ impl EventAdmission {
     /// One tick: reads the shards, picks whom to admit within the budget and capacity, moves
     /// them, records, reports. Returns how many were admitted.
     async fn tick(&mut self, cfg: &EventConfig, tick: Duration) -> Result<usize, QueueError> {
+        if cfg.line_form == LineForm::Numbered {
+            return self.tick_numbered(cfg, tick).await;
+        }
         let budget = self.refill(cfg, tick);
         let now_ms = now_ms();
         let abandon_before = abandon_bound(now_ms, cfg);
@@ -398,6 +406,66 @@ impl EventAdmission {
         );
         self.report(cfg, admitted as u64).await?;
         Ok(admitted)
+    }
+
+    /// One tick of a numbered line: the boundary moves past the next people still there, in
+    /// one script on the event's slot (`lua/nl_tick.lua`); nobody is moved.
+    async fn tick_numbered(
+        &mut self,
+        cfg: &EventConfig,
+        tick: Duration,
+    ) -> Result<usize, QueueError> {
+        let budget = self.refill(cfg, tick);
+        let now_ms = now_ms();
+        let abandon_before = abandon_bound(now_ms, cfg);
+        let fence = self.fence_ms.map(|f| f.to_string()).unwrap_or_default();
+        self.ticks += 1;
+        let op = format!("{}:{}", self.run_id, self.ticks);
+        let store = self.queue.store();
+        let keys = store.keys().numbered(self.event.as_str());
+        let reply: NumberedTick = with_numbered_keys(&store.scripts().nl_tick, &keys)
+            .arg(budget)
+            .arg(cfg.active_capacity)
+            .arg(now_ms)
+            .arg(cfg.active_ttl_seconds * 1000)
+            .arg(abandon_before)
+            .arg(abandon_before)
+            .arg(guarded_bound(now_ms, cfg))
+            .arg(super::numbered::numbered_horizon(cfg))
+            .arg(fence)
+            .arg(op)
+            .invoke_async(&mut store.conn())
+            .await?;
+        let (admitted, abandoned, active, waiting, status, suspended, _boundary) = reply;
+        if status == 1 {
+            metrics::counter!(telemetry::ADMISSION_FENCED, "event" => self.event.to_string())
+                .increment(1);
+            tracing::warn!(event = %self.event,
+                "admission: this tick outlived its lease; its move was refused by the fence");
+        }
+        let suspended = suspended == 1;
+        if suspended != self.abandonment_suspended {
+            self.abandonment_suspended = suspended;
+            if suspended {
+                tracing::warn!(event = %self.event, "admission: most of the front of the line has not been seen for abandon_after_seconds; not removing anyone as abandoned until polls come back");
+            } else {
+                tracing::info!(event = %self.event, "admission: polls are back; abandoned places are removed again");
+            }
+        }
+        self.tokens -= admitted as f64;
+        self.shard_waiting = vec![waiting];
+        self.publish_line().await?;
+        // The lease check and the tick's one script.
+        self.record(
+            suspended,
+            abandoned,
+            2,
+            admitted,
+            waiting + admitted,
+            active.saturating_sub(admitted),
+        );
+        self.report(cfg, admitted).await?;
+        Ok(admitted as usize)
     }
 
     /// Publishes the line's size and its size per shard after this tick's moves, every tick:
@@ -745,7 +813,8 @@ impl EventAdmission {
         let rate = self.recent.iter().map(|(_, n)| *n).sum::<u64>() as f64 / span;
         let waiting: u64 = self.shard_waiting.iter().sum();
         // Estimates and counted positions can be wrong; `timestamp` is exact by construction.
-        if cfg.strategy != StrategyKind::Timestamp {
+        // A numbered line's positions are exact arithmetic on its figures: nothing to sample.
+        if cfg.strategy != StrategyKind::Timestamp && cfg.line_form == LineForm::SortedSets {
             self.sample_error(cfg).await?;
         }
         // An event switched to an exact strategy keeps no estimate error from before.

@@ -15,7 +15,7 @@ use waitroom_strategies::StrategyKind;
 
 use super::{Prefetch, QueueError};
 use crate::ids::{EventId, Ticket};
-use crate::redis::keys::{stats, Keys, ShardKeys};
+use crate::redis::keys::{stats, Keys, NumberedKeys, ShardKeys};
 use crate::redis::RedisConn;
 use crate::telemetry;
 
@@ -49,6 +49,23 @@ pub enum MemberForm {
     /// 14 characters, [`Ticket::to_short_member`]: 32 B less per waiting person.
     Short,
 }
+
+/// How an event keeps its line. Fixed when the event is created.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LineForm {
+    /// A sorted set per shard: every strategy, runtime switching (docs/architecture.md).
+    #[default]
+    SortedSets,
+    /// The numbered line (docs/numbered-line.md): arrival numbers from the event's counter,
+    /// an index of small hashes, departures as a bitmap, admission as a boundary. Exact
+    /// `global_counter` positions only; the strategy cannot be switched.
+    Numbered,
+}
+
+/// Index buckets of a numbered line: ~80 people each at 1.3M waiting keeps every bucket under
+/// Redis's `hash-max-listpack-entries` (128), so listpack-encoded.
+pub const INDEX_BUCKETS: u32 = 16_384;
 
 /// An event's configuration (the body of `PUT /admin/v1/events/{event}`, completed).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -103,6 +120,12 @@ pub struct EventConfig {
     /// The form of the line's members: `short` for events created by this version.
     #[serde(default)]
     pub member_form: MemberForm,
+    /// How the line is kept (`sorted_sets` for events created before the numbered line).
+    #[serde(default)]
+    pub line_form: LineForm,
+    /// Index buckets of a numbered line (0 for the sorted sets), fixed at creation.
+    #[serde(default)]
+    pub index_buckets: u32,
 }
 
 impl EventConfig {
@@ -191,6 +214,8 @@ pub struct EventPatch {
     pub abandon_after_seconds: Option<u64>,
     /// See [`EventConfig::entry_key`]; `""` turns verified entry off.
     pub entry_key: Option<String>,
+    /// See [`EventConfig::line_form`]; only when the event is created.
+    pub line_form: Option<LineForm>,
 }
 
 impl EventPatch {
@@ -216,7 +241,21 @@ impl EventPatch {
             counter_start: 0,
             entry_key: None,
             member_form: MemberForm::Short,
+            line_form: LineForm::SortedSets,
+            index_buckets: 0,
         });
+        let line_form = match (base, self.line_form) {
+            (Some(b), Some(f)) if f != b.line_form => {
+                return Err("line_form is fixed when the event is created".into())
+            }
+            (_, f) => f.unwrap_or(d.line_form),
+        };
+        // The index buckets live in the shards' tags: a new shard count would lose them.
+        if base.is_some_and(|b| b.line_form == LineForm::Numbered)
+            && self.shards.is_some_and(|n| n != d.shards)
+        {
+            return Err("a numbered line keeps the shard count it was created with".into());
+        }
         let cfg = EventConfig {
             shards: self.shards.unwrap_or(d.shards),
             active_capacity: self.active_capacity.unwrap_or(d.active_capacity),
@@ -230,7 +269,10 @@ impl EventPatch {
                 Some(n) => Some(n),
                 None => d.max_seats_per_ticket,
             },
-            strategy: self.strategy.unwrap_or(d.strategy),
+            strategy: self.strategy.unwrap_or(match line_form {
+                LineForm::Numbered => StrategyKind::GlobalCounter,
+                LineForm::SortedSets => d.strategy,
+            }),
             state: self.state.unwrap_or(d.state),
             shard_tags: if self.shards.is_some_and(|n| n != d.shards) {
                 Vec::new()
@@ -246,6 +288,12 @@ impl EventPatch {
             switch_at_us: d.switch_at_us,
             counter_start: d.counter_start,
             member_form: d.member_form,
+            line_form,
+            index_buckets: match line_form {
+                LineForm::Numbered if d.index_buckets > 0 => d.index_buckets,
+                LineForm::Numbered => INDEX_BUCKETS,
+                LineForm::SortedSets => 0,
+            },
             entry_key: match self.entry_key.as_deref() {
                 Some("") => None,
                 Some(k) => Some(k.to_owned()),
@@ -293,6 +341,11 @@ impl EventPatch {
         if !(1..=86_400).contains(&cfg.abandon_after_seconds) {
             return Err("abandon_after_seconds must be 1..=86400".into());
         }
+        if cfg.line_form == LineForm::Numbered && cfg.strategy != StrategyKind::GlobalCounter {
+            return Err(
+                "a numbered line orders by its counter: its strategy is global_counter".into(),
+            );
+        }
         Ok(cfg)
     }
 }
@@ -323,6 +376,8 @@ pub struct Event {
     pub stats_key: String,
     /// See `stats_key`.
     pub gaps_key: String,
+    /// The numbered line's keys (used when `config.line_form` is numbered).
+    pub numbered: NumberedKeys,
     /// The request path's metric handles for this event.
     pub metrics: EventMetrics,
 }
@@ -528,6 +583,7 @@ impl EventStore {
             shard_keys: self.keys.shards(&config.shard_tags),
             stats_key: self.keys.event_stats(event.as_str()),
             gaps_key: self.keys.counter_gaps(event.as_str()),
+            numbered: self.keys.numbered(event.as_str()),
             metrics: EventMetrics::new(event),
             config,
         })))

@@ -12,6 +12,7 @@
 
 pub mod admission;
 pub mod event;
+mod numbered;
 pub mod scores;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,7 +30,7 @@ use crate::redis::keys::{choose_tags, stats, ShardKeys};
 use crate::redis::replies::ShardStanding;
 use crate::redis::{classify, primaries, Fault, RedisConn, Store};
 use crate::telemetry;
-use event::{Event, EventConfig, EventPatch, EventState, EventStore};
+use event::{Event, EventConfig, EventPatch, EventState, EventStore, LineForm};
 
 /// What can go wrong in the waiting room.
 #[derive(Debug, thiserror::Error)]
@@ -215,7 +216,11 @@ impl Queue {
         if ev.sold_out {
             // The line has stopped: say so at once instead of queueing people for nothing. Someone
             // already admitted keeps their session (and token) though.
-            return match self.locate(&ev, &ticket, None, false).await {
+            let found = match ev.config.line_form {
+                LineForm::Numbered => self.poll_numbered(&ev, &ticket, true).await,
+                LineForm::SortedSets => self.locate(&ev, &ticket, None, false).await,
+            };
+            return match found {
                 Ok(admitted @ Standing::Admitted { .. }) => {
                     Ok(self.view(event, &ev, ticket, admitted))
                 }
@@ -224,6 +229,12 @@ impl Queue {
                 }
                 Err(e) => Err(e),
             };
+        }
+        if ev.config.line_form == LineForm::Numbered {
+            let standing = self
+                .repairing(event, &ev.config, || self.enter_numbered(&ev, &ticket))
+                .await?;
+            return Ok(self.view(event, &ev, ticket, standing));
         }
         let arrival = self.clock.next();
         let standing = match ev.config.order_source(arrival) {
@@ -261,9 +272,16 @@ impl Queue {
         let mut conn = self.store.conn();
         let ev = self.events.get(&mut conn, event).await?;
         ev.metrics.polls.increment(1);
-        let standing = self
-            .repairing(event, &ev.config, || self.locate(&ev, ticket, None, true))
-            .await?;
+        let standing = match ev.config.line_form {
+            LineForm::Numbered => {
+                self.repairing(event, &ev.config, || self.poll_numbered(&ev, ticket, false))
+                    .await?
+            }
+            LineForm::SortedSets => {
+                self.repairing(event, &ev.config, || self.locate(&ev, ticket, None, true))
+                    .await?
+            }
+        };
         let standing = match standing {
             Standing::Waiting {
                 position,
@@ -804,6 +822,16 @@ impl Queue {
     pub async fn is_active(&self, event: &EventId, ticket: &Ticket) -> Result<bool, QueueError> {
         let ev = self.events.get(&mut self.store.conn(), event).await?;
         let cfg = &ev.config;
+        if cfg.line_form == LineForm::Numbered {
+            return match self
+                .repairing(event, cfg, || self.poll_numbered(&ev, ticket, true))
+                .await
+            {
+                Ok(standing) => Ok(matches!(standing, Standing::Admitted { .. })),
+                Err(QueueError::UnknownTicket) => Ok(false),
+                Err(e) => Err(e),
+            };
+        }
         let member = cfg.member(ticket);
         let k = &ev.shard_keys[Self::shard_of_member(cfg, &member)];
         let admitted: Option<f64> = self
@@ -827,6 +855,11 @@ impl Queue {
     pub async fn leave(&self, event: &EventId, ticket: &Ticket) -> Result<(), QueueError> {
         let mut conn = self.store.conn();
         let ev = self.events.get(&mut conn, event).await?;
+        if ev.config.line_form == LineForm::Numbered {
+            return self
+                .repairing(event, &ev.config, || self.leave_numbered(&ev, ticket))
+                .await;
+        }
         let member = ev.config.member(ticket);
         let k = &ev.shard_keys[Self::shard_of_member(&ev.config, &member)];
         let (removed, score): (i64, Option<f64>) = self
@@ -1030,7 +1063,7 @@ impl Queue {
             StrategyKind::Hybrid => mode.unwrap_or_else(|| StrategyKind::Timestamp.to_string()),
             s => s.to_string(),
         };
-        Ok(EventStats {
+        let stats = EventStats {
             waiting: shards.iter().map(|s| s.0).sum(),
             active: shards.iter().map(|s| s.1).sum(),
             admitted_total: shards.iter().map(|s| s.2.unwrap_or(0)).sum(),
@@ -1048,7 +1081,13 @@ impl Queue {
             admission_leader: leader,
             measured_admit_per_second: rate,
             measured_position_error: error.and_then(|e| e.parse().ok()),
-        })
+        };
+        if cfg.line_form == LineForm::Numbered {
+            let ev = self.events.get(&mut conn, event).await?;
+            let figures = self.numbered_figures(&ev).await?;
+            return Ok(Self::numbered_stats(figures, stats));
+        }
+        Ok(stats)
     }
 
     /// Quarantines any key of the event's shards that holds the wrong type, so that the next
@@ -1072,6 +1111,18 @@ impl Queue {
         expected.push((self.store.keys().counter(event.as_str()), "string"));
         expected.push((self.store.keys().counter_gaps(event.as_str()), "zset"));
         expected.push((self.store.keys().event_stats(event.as_str()), "hash"));
+        if cfg.line_form == LineForm::Numbered {
+            let nl = self.store.keys().numbered(event.as_str());
+            expected.extend([
+                (nl.line, "hash"),
+                (nl.gone, "string"),
+                (nl.ended, "string"),
+                (nl.ticks, "zset"),
+                (nl.seen, "zset"),
+                (nl.seq, "string"),
+                (nl.op, "string"),
+            ]);
+        }
         let mut conn = self.store.conn();
         for (key, want) in expected {
             let found: String = redis::cmd("TYPE").arg(&key).query_async(&mut conn).await?;

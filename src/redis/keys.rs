@@ -15,6 +15,14 @@
 //! | `<p>:<tag>:op` | string | id of the last admission move on the shard (`admit.lua` runs once per id; PX) |
 //! | `<p>:{<event>}:seq` | string | the `global_counter` arrival counter (one hot key per event) |
 //! | `<p>:{<event>}:gaps` | zset | `global_counter` numbers handed out that wait nowhere (a re-entry's, a leaver's), from the first number still waiting on: number → number |
+//! | `<p>:{<event>}:nl` | hash | the numbered line's figures: boundary, departures' prefix sums (see `lua/numbered_lib.lua`) |
+//! | `<p>:{<event>}:nl:gone` | string (bitmap) | numbered line: bit n set when number n stopped waiting without being admitted |
+//! | `<p>:{<event>}:nl:ended` | string (bitmap) | numbered line: bit n set when admitted number n ended its session early |
+//! | `<p>:{<event>}:nl:ticks` | zset | numbered line: boundary after each admission tick → `<boundary>:<ms>:<counter>` |
+//! | `<p>:{<event>}:nl:seen` | zset | numbered line: last-seen records near the front, number → ms (negative: entered, not polled) |
+//! | `<p>:{<event>}:nl:seq` | string | numbered line: the arrival counter |
+//! | `<p>:{<event>}:nl:op` | string | numbered line: id of the last admission tick (PX) |
+//! | `<p>:<tag>:ix:<b>` | hash | numbered line: index bucket `b` (member → number), in the tag of shard `b mod shards`; small, so listpack-encoded |
 //! | `<p>:{<event>}:shows` | set | ids of the event's shows (for sold-out) |
 //! | `<p>:show:{<show>}:info` | hash | event, kind (`seated`/`ga`), total, available, sold |
 //! | `<p>:show:{<show>}:seats` | hash | seat → `''` available, `h:<hold>`, `s:<booking>` |
@@ -130,6 +138,41 @@ pub struct ShardKeys {
     pub slot: u16,
 }
 
+/// The numbered line's keys of one event (all in the event's slot), in the order every
+/// numbered script takes them (`lua/numbered_lib.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NumberedKeys {
+    /// The line's figures (hash).
+    pub line: String,
+    /// Departures (bitmap).
+    pub gone: String,
+    /// Ended sessions (bitmap).
+    pub ended: String,
+    /// Admission ticks (zset).
+    pub ticks: String,
+    /// Last-seen records near the front (zset).
+    pub seen: String,
+    /// The arrival counter (string).
+    pub seq: String,
+    /// The last tick's operation id (string).
+    pub op: String,
+}
+
+impl NumberedKeys {
+    /// The keys in script order.
+    pub fn all(&self) -> [&str; 7] {
+        [
+            &self.line,
+            &self.gone,
+            &self.ended,
+            &self.ticks,
+            &self.seen,
+            &self.seq,
+            &self.op,
+        ]
+    }
+}
+
 impl Keys {
     /// Keys under `prefix` (tests use a unique prefix each, so they never share state).
     pub fn new(prefix: impl Into<String>) -> Self {
@@ -167,6 +210,25 @@ impl Keys {
     /// `lua/gap.lua`); in the counter's slot.
     pub fn counter_gaps(&self, event: &str) -> String {
         format!("{}:{{{event}}}:gaps", self.prefix)
+    }
+
+    /// The numbered line's keys of an event.
+    pub fn numbered(&self, event: &str) -> NumberedKeys {
+        let p = &self.prefix;
+        NumberedKeys {
+            line: format!("{p}:{{{event}}}:nl"),
+            gone: format!("{p}:{{{event}}}:nl:gone"),
+            ended: format!("{p}:{{{event}}}:nl:ended"),
+            ticks: format!("{p}:{{{event}}}:nl:ticks"),
+            seen: format!("{p}:{{{event}}}:nl:seen"),
+            seq: format!("{p}:{{{event}}}:nl:seq"),
+            op: format!("{p}:{{{event}}}:nl:op"),
+        }
+    }
+
+    /// Index bucket `bucket` of a numbered line, in the slot of the shard tag `tag`.
+    pub fn index_bucket(&self, tag: &str, bucket: u32) -> String {
+        format!("{}:{tag}:ix:{bucket}", self.prefix)
     }
 
     /// The ids of an event's shows.
@@ -284,6 +346,10 @@ mod tests {
             slot(&keys.event_stats("ev")),
             slot(&keys.counter_gaps("ev"))
         );
+        let nl = keys.numbered("ev");
+        for k in nl.all() {
+            assert_eq!(slot(&keys.event_config("ev")), slot(k));
+        }
         let show = keys.show("s1");
         for k in [
             &show.seats,

@@ -6,7 +6,7 @@
 
 use redis::{Script, ScriptInvocation};
 
-use super::keys::ShowKeys;
+use super::keys::{NumberedKeys, ShowKeys};
 
 /// All Lua scripts of the service.
 pub struct Scripts {
@@ -48,6 +48,18 @@ pub struct Scripts {
     pub settle: Script,
     /// See `lua/lease_release.lua` (gives up the admission lease; not a seat hold).
     pub lease_release: Script,
+    /// See `lua/nl_index.lua` (the numbered line's index).
+    pub nl_index: Script,
+    /// See `lua/nl_status.lua`.
+    pub nl_status: Script,
+    /// See `lua/nl_reenter.lua`.
+    pub nl_reenter: Script,
+    /// See `lua/nl_leave.lua`.
+    pub nl_leave: Script,
+    /// See `lua/nl_tick.lua`.
+    pub nl_tick: Script,
+    /// See `lua/nl_figures.lua`.
+    pub nl_figures: Script,
 }
 
 impl Scripts {
@@ -73,6 +85,12 @@ impl Scripts {
             adopt: Script::new(include_str!("../../lua/adopt.lua")),
             settle: show_script(include_str!("../../lua/settle.lua")),
             lease_release: Script::new(include_str!("../../lua/lease_release.lua")),
+            nl_index: Script::new(include_str!("../../lua/nl_index.lua")),
+            nl_status: numbered_script(include_str!("../../lua/nl_status.lua")),
+            nl_reenter: numbered_script(include_str!("../../lua/nl_reenter.lua")),
+            nl_leave: numbered_script(include_str!("../../lua/nl_leave.lua")),
+            nl_tick: numbered_script(include_str!("../../lua/nl_tick.lua")),
+            nl_figures: numbered_script(include_str!("../../lua/nl_figures.lua")),
         }
     }
 }
@@ -100,6 +118,12 @@ impl Scripts {
             &self.adopt,
             &self.settle,
             &self.lease_release,
+            &self.nl_index,
+            &self.nl_status,
+            &self.nl_reenter,
+            &self.nl_leave,
+            &self.nl_tick,
+            &self.nl_figures,
         ] {
             s.load_async(conn).await?;
         }
@@ -133,6 +157,25 @@ fn line_script(body: &str) -> Script {
         "{}\n{body}",
         include_str!("../../lua/line_lib.lua")
     ))
+}
+
+/// A numbered line script: `lua/numbered_lib.lua` (the layout's keys, standing and departures)
+/// followed by the script's own body.
+fn numbered_script(body: &str) -> Script {
+    Script::new(&format!(
+        "{}\n{body}",
+        include_str!("../../lua/numbered_lib.lua")
+    ))
+}
+
+/// An invocation of a numbered line script with its seven keys (lua/numbered_lib.lua); add the
+/// script's arguments.
+pub fn with_numbered_keys<'a>(script: &'a Script, keys: &NumberedKeys) -> ScriptInvocation<'a> {
+    let mut call = script.prepare_invoke();
+    for key in keys.all() {
+        call.key(key);
+    }
+    call
 }
 
 impl Default for Scripts {

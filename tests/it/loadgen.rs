@@ -21,8 +21,19 @@ async fn a_small_sale_under_global_counter_admits_in_order_too() {
     small_sale("global_counter").await;
 }
 
+/// The same sale on the numbered line (docs/numbered-line.md): holds and bookings check its
+/// sessions, a purchase ends one, and admission moves a boundary in number order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_small_sale_on_the_numbered_line_admits_in_order_too() {
+    small_sale_on("global_counter", "numbered").await;
+}
+
 /// 300 users, most of them buying from 100 seats: the exact strategies must admit in order.
 async fn small_sale(strategy: &str) {
+    small_sale_on(strategy, "sorted_sets").await;
+}
+
+async fn small_sale_on(strategy: &str, line_form: &str) {
     let app = spawn_app().await;
     let args = Cli::try_parse_from([
         "loadgen",
@@ -44,6 +55,8 @@ async fn small_sale(strategy: &str) {
         "60",
         "--strategy",
         strategy,
+        "--line-form",
+        line_form,
     ])
     .unwrap()
     .args;

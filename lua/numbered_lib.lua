@@ -1,0 +1,138 @@
+-- numbered_lib.lua: shared prelude of the numbered line's scripts (nl_*.lua; prepended when
+-- they are loaded, see src/redis/scripts.rs). docs/numbered-line.md describes the layout.
+--
+-- Every person holds an arrival number n (1, 2, …) from the event's counter. The numbered
+-- scripts all run on the event's slot and take the same keys:
+--
+-- KEYS[1]  the line (hash): `b` the boundary (the first number not yet admitted, 1 at first),
+--          `e` the first number whose session may still be live, `gb` departures below `b`,
+--          `t` all departures, `m` the highest block holding one, `p<k>` departures in the
+--          blocks before block k (k ≤ m; a block is BLOCK numbers)
+-- KEYS[2]  departures (bitmap): bit n set when n stopped waiting without being admitted (left,
+--          removed as abandoned, or a re-entry's spare number)
+-- KEYS[3]  ended sessions (bitmap): bit n set when admitted n ended early (booked, or left)
+-- KEYS[4]  ticks (zset): one per tick that moved the boundary, scored by the boundary after it,
+--          member '<boundary>:<time ms>:<counter then>'
+-- KEYS[5]  last-seen records near the front (zset): number → last poll (ms), or -enter (ms)
+--          for an entry that has not polled since
+-- KEYS[6]  the counter (string)
+-- KEYS[7]  the last tick's operation id (string)
+--
+-- A number n is waiting when n ≥ b and bit n of KEYS[2] is clear; admitted with a live session
+-- when e ≤ n < b, both bits are clear and the first tick above n is younger than the session
+-- length; gone otherwise. Its position is n − b + 1 less the departures between b and n.
+
+local BLOCK = 32768
+
+-- Departures among the numbers below n: the prefix sum of n's block and one partial BITCOUNT.
+local function departed_below(n)
+  local k = math.floor(n / BLOCK)
+  local f = redis.call('HMGET', KEYS[1], 'p' .. k, 'm', 't')
+  local m = tonumber(f[2]) or -1
+  if k > m then
+    -- Every departure lies in a block before this one.
+    return tonumber(f[3]) or 0
+  end
+  local start = k * BLOCK
+  local within = 0
+  if n - 1 >= start then
+    within = redis.call('BITCOUNT', KEYS[2], start, n - 1, 'BIT')
+  end
+  return (tonumber(f[1]) or 0) + within
+end
+
+-- Marks the waiting numbers `ns` (ascending) as departed and keeps the prefix sums: one
+-- HINCRBY per later block, not one per departure. Returns how many were newly marked.
+local function depart(ns)
+  local added = {}
+  for _, n in ipairs(ns) do
+    if redis.call('SETBIT', KEYS[2], n, 1) == 0 then
+      added[#added + 1] = n
+    end
+  end
+  if #added == 0 then
+    return 0
+  end
+  local f = redis.call('HMGET', KEYS[1], 'm', 't')
+  local m, t = tonumber(f[1]) or -1, tonumber(f[2]) or 0
+  local top = math.floor(added[#added] / BLOCK)
+  -- For each block j after the first one touched: the new departures in blocks before j.
+  local i, below = 1, 0
+  local first = math.floor(added[1] / BLOCK)
+  local sets = {}
+  for j = first + 1, math.max(m, top) do
+    while added[i] and math.floor(added[i] / BLOCK) < j do
+      below = below + 1
+      i = i + 1
+    end
+    if j > m then
+      -- A block with no sum yet: every departure before this call lies before it.
+      sets[#sets + 1] = 'p' .. j
+      sets[#sets + 1] = t + below
+    elseif below > 0 then
+      redis.call('HINCRBY', KEYS[1], 'p' .. j, below)
+    end
+  end
+  if top > m then
+    -- Blocks after the old highest and up to the first touched have no departure among the new.
+    for j = m + 1, first do
+      sets[#sets + 1] = 'p' .. j
+      sets[#sets + 1] = t
+    end
+    sets[#sets + 1] = 'm'
+    sets[#sets + 1] = top
+  end
+  sets[#sets + 1] = 't'
+  sets[#sets + 1] = t + #added
+  redis.call('HSET', KEYS[1], unpack(sets))
+  return #added
+end
+
+local function line_figures()
+  local f = redis.call('HMGET', KEYS[1], 'b', 'e', 'gb')
+  return tonumber(f[1]) or 1, tonumber(f[2]) or 1, tonumber(f[3]) or 0
+end
+
+-- When admitted n was let in (ms): the time of the first tick whose boundary passed it.
+local function admitted_at(n)
+  local t = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. n, '+inf', 'LIMIT', 0, 1)
+  if #t == 0 then
+    return nil
+  end
+  return tonumber(string.match(t[1], '^%d+:(%d+):'))
+end
+
+-- Where number n stands: {0, position} waiting, {1, admitted at ms} admitted and live,
+-- {2, 0} gone (left, abandoned, session over or lapsed, or never handed out).
+local function standing(n, now, ttl)
+  local b, e, gb = line_figures()
+  if n < 1 or n > (tonumber(redis.call('GET', KEYS[6])) or 0) then
+    return {2, 0}
+  end
+  if redis.call('GETBIT', KEYS[2], n) == 1 then
+    return {2, 0}
+  end
+  if n >= b then
+    return {0, n - b + 1 - (departed_below(n) - gb)}
+  end
+  if n < e or redis.call('GETBIT', KEYS[3], n) == 1 then
+    return {2, 0}
+  end
+  local at = admitted_at(n)
+  if not at or at + ttl <= now then
+    return {2, 0}
+  end
+  return {1, at}
+end
+
+-- A number that waits nowhere (a re-entry's spare): departed while waiting, ended if a tick
+-- already admitted it (a departure below the boundary would shift the positions' base).
+local function drop(n)
+  local b = line_figures()
+  if n >= b then
+    depart({n})
+    redis.call('ZREM', KEYS[5], n)
+  else
+    redis.call('SETBIT', KEYS[3], n, 1)
+  end
+end

@@ -1,0 +1,250 @@
+//! The numbered line (docs/numbered-line.md): an event created with `"line_form": "numbered"`
+//! keeps no sorted set per person. Everyone gets an arrival number from the event's counter;
+//! an index of small hashes maps a ticket's member to its number; departures are a bitmap by
+//! number with prefix sums per block; admission advances a boundary. A position is arithmetic
+//! on those figures: exact, a few commands whatever the line's size (`lua/numbered_lib.lua`).
+//!
+//! Round trips: an enter takes a number, then writes the index and reads the standing in one
+//! round (a re-entry adds one or two); a poll reads the index, then the standing, or both in one
+//! round when this instance remembers the ticket's number.
+
+use redis::RedisError;
+use waitroom_strategies::StrategyKind;
+
+use super::event::{Event, EventConfig};
+use super::{horizon, now_ms, seen_refresh_ms, EventStats, Queue, QueueError, Standing};
+use crate::ids::Ticket;
+use crate::redis::scripts::with_numbered_keys;
+
+/// A standing script's reply: `{kind, value}` (lua/nl_status.lua).
+type Reply = (i64, i64);
+
+/// The standing a numbered script reported.
+fn standing(kind: i64, value: i64) -> Result<Standing, QueueError> {
+    match kind {
+        0 => Ok(Standing::Waiting {
+            position: value.max(1) as u64,
+            strategy: StrategyKind::GlobalCounter,
+            reads: 0,
+        }),
+        1 => Ok(Standing::Admitted {
+            admitted_at_ms: value.max(0) as u64,
+        }),
+        _ => Err(QueueError::UnknownTicket),
+    }
+}
+
+/// The horizon of a numbered line, in numbers: the sorted line's horizon per shard times the
+/// shards (the same people near the front, counted over the whole line).
+pub(super) fn numbered_horizon(cfg: &EventConfig) -> u64 {
+    horizon(cfg).saturating_mul(u64::from(cfg.shards.max(1)))
+}
+
+/// `nl_status.lua`'s modes.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    Enter,
+    Poll,
+    Check,
+}
+
+impl Mode {
+    fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enter => "enter",
+            Mode::Poll => "poll",
+            Mode::Check => "check",
+        }
+    }
+}
+
+impl Queue {
+    /// The index bucket of a member: CRC16 of the member mod the event's buckets, in the tag
+    /// of shard `bucket mod shards`, so the index spreads over the primaries as the shards do.
+    fn index_key(&self, cfg: &EventConfig, member: &str) -> String {
+        let crc = crc16::State::<crc16::XMODEM>::calculate(member.as_bytes());
+        let bucket = u32::from(crc) % cfg.index_buckets.max(1);
+        let tag = &cfg.shard_tags[bucket as usize % cfg.shard_tags.len().max(1)];
+        self.store.keys().index_bucket(tag, bucket)
+    }
+
+    /// Where number `n` stands (`lua/nl_status.lua`).
+    async fn number_standing(&self, ev: &Event, n: u64, mode: Mode) -> Result<Reply, RedisError> {
+        let cfg = &ev.config;
+        with_numbered_keys(&self.store.scripts().nl_status, &ev.numbered)
+            .arg(n)
+            .arg(now_ms())
+            .arg(cfg.active_ttl_seconds * 1000)
+            .arg(mode.as_str())
+            .arg(numbered_horizon(cfg))
+            .arg(seen_refresh_ms(cfg))
+            .invoke_async(&mut self.store.conn())
+            .await
+    }
+
+    /// The member's number in the index, if any.
+    async fn number_of(&self, index: &str, member: &str) -> Result<Option<u64>, RedisError> {
+        redis::cmd("HGET")
+            .arg(index)
+            .arg(member)
+            .query_async(&mut self.store.conn())
+            .await
+    }
+
+    /// Writes `n` as the member's number: when it has none (`expect` None), or when it is still
+    /// `expect`. Returns the member's number after the call (`lua/nl_index.lua`).
+    async fn write_index(
+        &self,
+        index: &str,
+        member: &str,
+        n: u64,
+        expect: Option<u64>,
+    ) -> Result<u64, RedisError> {
+        self.store
+            .scripts()
+            .nl_index
+            .key(index)
+            .arg(member)
+            .arg(n)
+            .arg(expect.map(|e| e.to_string()).unwrap_or_default())
+            .invoke_async(&mut self.store.conn())
+            .await
+    }
+
+    /// Enters `ticket` into a numbered line: a number from the counter, then the index write
+    /// and the number's standing in one round. A re-entry whose place holds keeps it and the
+    /// new number is dropped (`lua/nl_reenter.lua`); one whose place is gone (left, lapsed)
+    /// takes the new number at the back.
+    pub(super) async fn enter_numbered(
+        &self,
+        ev: &Event,
+        ticket: &Ticket,
+    ) -> Result<Standing, QueueError> {
+        let cfg = &ev.config;
+        let member = cfg.member(ticket);
+        let index = self.index_key(cfg, &member);
+        let n: u64 = redis::cmd("INCR")
+            .arg(&ev.numbered.seq)
+            .query_async(&mut self.store.conn())
+            .await?;
+        let (held, reply) = tokio::join!(
+            self.write_index(&index, &member, n, None),
+            self.number_standing(ev, n, Mode::Enter)
+        );
+        let mut held = held?;
+        if held == n {
+            let (kind, value) = reply?;
+            self.scores.put(ticket, n as f64);
+            return standing(kind, value);
+        }
+        // Another number is in the index: this person entered before. Two rounds at most in
+        // practice: a concurrent enter of the same ticket can write in between once.
+        for _ in 0..3 {
+            let (keep, kind, value): (i64, i64, i64) =
+                with_numbered_keys(&self.store.scripts().nl_reenter, &ev.numbered)
+                    .arg(held)
+                    .arg(n)
+                    .arg(now_ms())
+                    .arg(cfg.active_ttl_seconds * 1000)
+                    .invoke_async(&mut self.store.conn())
+                    .await?;
+            if keep == 1 {
+                self.scores.put(ticket, held as f64);
+                return standing(kind, value);
+            }
+            let now_held = self.write_index(&index, &member, n, Some(held)).await?;
+            if now_held == n {
+                self.scores.put(ticket, n as f64);
+                return standing(kind, value);
+            }
+            held = now_held;
+        }
+        Err(QueueError::Redis(RedisError::from((
+            redis::ErrorKind::Io,
+            "the ticket's index entry kept changing under concurrent enters",
+        ))))
+    }
+
+    /// Where `ticket` stands on a numbered line. With the number this instance last saw for
+    /// the ticket, the index read and the standing go out in one round.
+    pub(super) async fn poll_numbered(
+        &self,
+        ev: &Event,
+        ticket: &Ticket,
+        mode_check: bool,
+    ) -> Result<Standing, QueueError> {
+        let cfg = &ev.config;
+        let member = cfg.member(ticket);
+        let index = self.index_key(cfg, &member);
+        let mode = if mode_check { Mode::Check } else { Mode::Poll };
+        let guess = self.scores.get(ticket).map(|g| g as u64);
+        let (n, guessed) = match guess {
+            Some(g) => {
+                let (n, reply) = tokio::join!(
+                    self.number_of(&index, &member),
+                    self.number_standing(ev, g, mode)
+                );
+                (n?, Some((g, reply)))
+            }
+            None => (self.number_of(&index, &member).await?, None),
+        };
+        let Some(n) = n else {
+            self.scores.remove(ticket);
+            return Err(QueueError::UnknownTicket);
+        };
+        let (kind, value) = match guessed {
+            Some((g, reply)) if g == n => reply?,
+            _ => {
+                self.scores.put(ticket, n as f64);
+                self.number_standing(ev, n, mode).await?
+            }
+        };
+        standing(kind, value)
+    }
+
+    /// Takes `ticket` out of a numbered line, or ends its active session.
+    pub(super) async fn leave_numbered(
+        &self,
+        ev: &Event,
+        ticket: &Ticket,
+    ) -> Result<(), QueueError> {
+        let cfg = &ev.config;
+        let member = cfg.member(ticket);
+        let index = self.index_key(cfg, &member);
+        self.scores.remove(ticket);
+        let Some(n) = self.number_of(&index, &member).await? else {
+            return Err(QueueError::UnknownTicket);
+        };
+        let left: i64 = with_numbered_keys(&self.store.scripts().nl_leave, &ev.numbered)
+            .arg(n)
+            .arg(now_ms())
+            .arg(cfg.active_ttl_seconds * 1000)
+            .invoke_async(&mut self.store.conn())
+            .await?;
+        if left == 0 {
+            return Err(QueueError::UnknownTicket);
+        }
+        Ok(())
+    }
+
+    /// Waiting, active and admitted of a numbered line (`lua/nl_figures.lua`).
+    pub(super) async fn numbered_figures(&self, ev: &Event) -> Result<(u64, u64, u64), QueueError> {
+        Ok(
+            with_numbered_keys(&self.store.scripts().nl_figures, &ev.numbered)
+                .arg(now_ms())
+                .arg(ev.config.active_ttl_seconds * 1000)
+                .invoke_async(&mut self.store.conn())
+                .await?,
+        )
+    }
+
+    /// [`Queue::stats`] of a numbered line: its figures; no shards of its own to list.
+    pub(super) fn numbered_stats(figures: (u64, u64, u64), mut stats: EventStats) -> EventStats {
+        let (waiting, active, admitted) = figures;
+        stats.waiting = waiting;
+        stats.active = active;
+        stats.admitted_total = admitted;
+        stats.shards = Vec::new();
+        stats
+    }
+}

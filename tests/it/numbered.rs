@@ -1,0 +1,279 @@
+//! The numbered line (`"line_form": "numbered"`, docs/numbered-line.md): exact positions from
+//! arrival numbers, refresh-safe re-entry, leaves, abandoned places skipped, admission by a
+//! boundary in number order, capacity, session end and expiry — on the real cluster.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures::future::join_all;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::common::{assert_error, eventually, spawn_app, unique, TestApp};
+
+/// Polls every ticket; returns ticket → (status, position).
+async fn standings(app: &TestApp, ev: &str, tickets: &[String]) -> HashMap<String, (String, u64)> {
+    let polls = tickets.iter().map(|t| async move {
+        let s = app.poll_ok(ev, t).await;
+        (
+            t.clone(),
+            (
+                s["status"].as_str().unwrap().to_owned(),
+                s["position"].as_u64().unwrap_or(0),
+            ),
+        )
+    });
+    join_all(polls).await.into_iter().collect()
+}
+
+async fn ticket_of(s: &Value) -> String {
+    s["ticket"].as_str().unwrap().to_owned()
+}
+
+/// 200 people enter at once; their positions are exactly 1..=200 and stay so when polled. Ten
+/// enter again at once: same ticket, same place, and the line does not grow. Every tenth leaves:
+/// everyone behind moves up by exactly the leavers ahead of them; a leaver who comes back goes
+/// to the back. With the gate open at capacity 60, exactly the first 60 still waiting are let in.
+#[tokio::test]
+async fn numbered_positions_are_exact_under_concurrent_enters_leaves_and_admission() {
+    let app = spawn_app().await;
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"line_form": "numbered", "shards": 4, "admit_per_second": 0,
+               "active_capacity": 60}),
+    )
+    .await;
+    let cfg = app.get_event(&ev).await;
+    assert_eq!(cfg["config"]["strategy"], "global_counter");
+    assert_eq!(cfg["config"]["index_buckets"], 16_384);
+    assert_eq!(cfg["config"]["line_form"], "numbered");
+
+    let entered = join_all((0..200).map(|i| {
+        let (app, ev) = (&app, &ev);
+        async move { app.enter_ok(ev, &format!("u{i}")).await }
+    }))
+    .await;
+    let mut by_position: Vec<(u64, String)> = Vec::new();
+    for s in &entered {
+        assert_eq!(s["status"], "waiting");
+        assert_eq!(s["strategy"], "global_counter");
+        by_position.push((s["position"].as_u64().unwrap(), ticket_of(s).await));
+    }
+    by_position.sort();
+    let positions: Vec<u64> = by_position.iter().map(|(p, _)| *p).collect();
+    assert_eq!(
+        positions,
+        (1..=200).collect::<Vec<u64>>(),
+        "one place each, no gap"
+    );
+    let tickets: Vec<String> = by_position.iter().map(|(_, t)| t.clone()).collect();
+    assert!(
+        app.waiting_members(&ev).await.is_empty(),
+        "nobody is a sorted-set member"
+    );
+    let polled = standings(&app, &ev, &tickets).await;
+    for (i, t) in tickets.iter().enumerate() {
+        assert_eq!(
+            polled[t],
+            ("waiting".to_owned(), i as u64 + 1),
+            "poll of place {}",
+            i + 1
+        );
+    }
+
+    // Refresh-safe: entering again keeps the place, and the spare numbers wait nowhere.
+    let users: Vec<String> = entered
+        .iter()
+        .map(|s| s["ticket"].as_str().unwrap().to_owned())
+        .collect();
+    let again = join_all((0..10).map(|i| {
+        let (app, ev) = (&app, &ev);
+        async move { app.enter_ok(ev, &format!("u{i}")).await }
+    }))
+    .await;
+    for (i, s) in again.iter().enumerate() {
+        assert_eq!(s["ticket"], users[i].as_str());
+        assert_eq!(s["position"], entered[i]["position"], "u{i} kept the place");
+    }
+    assert_eq!(app.get_event(&ev).await["stats"]["waiting"], 200);
+
+    // Every tenth place leaves.
+    let leavers: Vec<usize> = (0..200).filter(|i| i % 10 == 3).collect();
+    for &i in &leavers {
+        assert_eq!(
+            app.leave(&ev, &tickets[i]).await.status(),
+            StatusCode::NO_CONTENT
+        );
+    }
+    assert_eq!(
+        app.poll(&ev, &tickets[3]).await.status(),
+        StatusCode::NOT_FOUND
+    );
+    let staying: Vec<String> = (0..200)
+        .filter(|i| i % 10 != 3)
+        .map(|i| tickets[i].clone())
+        .collect();
+    let polled = standings(&app, &ev, &staying).await;
+    for (k, t) in staying.iter().enumerate() {
+        assert_eq!(
+            polled[t].1,
+            k as u64 + 1,
+            "after the leaves, place {}",
+            k + 1
+        );
+    }
+    // A leaver who enters again goes to the back.
+    let back = app.enter_ok(&ev, &by_user(&users, &tickets[3])).await;
+    assert_eq!(back["ticket"], tickets[3].as_str());
+    assert_eq!(back["position"], staying.len() as u64 + 1);
+    assert_eq!(
+        app.get_event(&ev).await["stats"]["waiting"],
+        staying.len() as u64 + 1
+    );
+
+    // The gate opens: capacity 60, so exactly the first 60 still waiting are let in.
+    app.update_event(&ev, json!({"admit_per_second": 1000}))
+        .await;
+    eventually(Duration::from_secs(20), "60 active", || async {
+        (app.get_event(&ev).await["stats"]["active"] == 60).then_some(())
+    })
+    .await;
+    let polled = standings(&app, &ev, &staying).await;
+    for (k, t) in staying.iter().enumerate() {
+        if k < 60 {
+            assert_eq!(polled[t].0, "admitted", "place {} is let in", k + 1);
+        } else {
+            assert_eq!(
+                polled[t],
+                ("waiting".to_owned(), k as u64 - 59),
+                "place {}",
+                k + 1
+            );
+        }
+    }
+    let stats = app.get_event(&ev).await["stats"].clone();
+    assert_eq!(stats["active"], 60);
+    assert_eq!(stats["waiting"], staying.len() as u64 + 1 - 60);
+    assert_eq!(stats["admitted_total"], 60);
+}
+
+/// The user id behind a ticket, from the first enters (ticket order = user order there).
+fn by_user(users: &[String], ticket: &str) -> String {
+    let i = users.iter().position(|t| t == ticket).unwrap();
+    format!("u{i}")
+}
+
+/// Someone who entered and never polled is taken for gone at the front and not admitted; a
+/// leave of someone inside frees their slot at once; a session lapses after its length, and
+/// its slot goes to the next person.
+#[tokio::test]
+async fn numbered_admission_skips_the_abandoned_and_refills_on_leave_and_expiry() {
+    let app = spawn_app().await;
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"line_form": "numbered", "shards": 2, "admit_per_second": 0,
+               "active_capacity": 2, "abandon_after_seconds": 1, "active_ttl_seconds": 3}),
+    )
+    .await;
+    let mut tickets = Vec::new();
+    for u in ["silent", "b", "c", "d", "e"] {
+        tickets.push(ticket_of(&app.enter_ok(&ev, u).await).await);
+    }
+    // Past the abandon bound (1 s + a quarter), polling all but the first.
+    for _ in 0..8 {
+        for t in &tickets[1..] {
+            app.poll_ok(&ev, t).await;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    app.update_event(&ev, json!({"admit_per_second": 1000}))
+        .await;
+    let admitted = |t: String| {
+        let (app, ev) = (&app, &ev);
+        async move { (app.poll_ok(ev, &t).await["status"] == "admitted").then_some(()) }
+    };
+    eventually(Duration::from_secs(10), "b admitted", || {
+        admitted(tickets[1].clone())
+    })
+    .await;
+    eventually(Duration::from_secs(10), "c admitted", || {
+        admitted(tickets[2].clone())
+    })
+    .await;
+    assert_error(
+        app.poll(&ev, &tickets[0]).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+    let d = app.poll_ok(&ev, &tickets[3]).await;
+    assert_eq!(
+        (d["status"].as_str(), d["position"].as_u64()),
+        (Some("waiting"), Some(1))
+    );
+    let stats = app.get_event(&ev).await["stats"].clone();
+    assert_eq!(
+        (stats["active"].as_u64(), stats["waiting"].as_u64()),
+        (Some(2), Some(2))
+    );
+
+    // b leaves from inside: d takes the slot.
+    assert_eq!(
+        app.leave(&ev, &tickets[1]).await.status(),
+        StatusCode::NO_CONTENT
+    );
+    eventually(Duration::from_secs(10), "d admitted", || {
+        admitted(tickets[3].clone())
+    })
+    .await;
+    assert_eq!(app.poll_ok(&ev, &tickets[4]).await["position"], 1);
+
+    // c's session (3 s) lapses: c is gone and e takes the slot.
+    eventually(Duration::from_secs(10), "e admitted", || async {
+        app.poll_ok(&ev, &tickets[4]).await;
+        admitted(tickets[4].clone()).await
+    })
+    .await;
+    assert_error(
+        app.poll(&ev, &tickets[2]).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+}
+
+/// A numbered line orders by its counter and keeps the form, strategy and shard count it was
+/// created with: changing any of them is refused with 400, and nothing changes.
+#[tokio::test]
+async fn a_numbered_line_keeps_its_form_strategy_and_shards() {
+    let app = spawn_app().await;
+    let ev = unique("e");
+    let r = app
+        .put_event(
+            &ev,
+            json!({"line_form": "numbered", "strategy": "timestamp"}),
+        )
+        .await;
+    assert_error(r, StatusCode::BAD_REQUEST, "bad_request").await;
+    app.create_event(&ev, json!({"line_form": "numbered", "shards": 2}))
+        .await;
+    for body in [
+        json!({"strategy": "statistical"}),
+        json!({"shards": 4}),
+        json!({"line_form": "sorted_sets"}),
+    ] {
+        let r = app.put_event(&ev, body.clone()).await;
+        assert_error(r, StatusCode::BAD_REQUEST, "bad_request").await;
+    }
+    let cfg = app.get_event(&ev).await["config"].clone();
+    assert_eq!(
+        (
+            cfg["strategy"].as_str(),
+            cfg["shards"].as_u64(),
+            cfg["line_form"].as_str()
+        ),
+        (Some("global_counter"), Some(2), Some("numbered"))
+    );
+}
