@@ -34,6 +34,7 @@ local now, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
 local cut_polled, cut_entered = tonumber(ARGV[5]), tonumber(ARGV[6])
 local horizon = tonumber(ARGV[8])
 local b, e, gb = line_figures()
+local e0 = e
 local seq = tonumber(redis.call('GET', KEYS[6])) or 0
 
 -- Sessions that ran out: `e` moves to the boundary of the newest tick at least a session old.
@@ -71,6 +72,11 @@ if polled >= 100 and 2 * redis.call('ZCOUNT', KEYS[5], '(' .. ARGV[5], '+inf') <
 end
 
 -- Who of the numbers from the boundary on is still there, 1,024 at a time, until `take` found.
+-- With no room left (take 0) the first min(budget, 1,024) are judged all the same, as the sorted
+-- line reads its heads whatever the capacity: abandoned places at the front stop counting in
+-- the positions behind them before a slot frees.
+local probe = math.min(budget, 1024)
+local judged = 0
 local admit, gone = {}, {}
 local last_admitted = nil
 local CHUNK = 1024
@@ -78,7 +84,7 @@ local x = b
 -- The ticks near the front, for "came inside the horizon when" (read once).
 local crossings = nil
 local j = 1
-while #admit < take and x <= seq do
+while (#admit < take or judged < probe) and x <= seq do
   local last = math.min(x + CHUNK - 1, seq)
   local bytes = redis.call('GETRANGE', KEYS[2], math.floor(x / 8), math.floor(last / 8))
   local base = math.floor(x / 8)
@@ -92,6 +98,7 @@ while #admit < take and x <= seq do
   if #cands > 0 then
     local seen = redis.call('ZMSCORE', KEYS[5], unpack(cands))
     for i, n in ipairs(cands) do
+      judged = judged + 1
       local s = seen[i] and tonumber(seen[i])
       local away
       if s and s > 0 then
@@ -117,20 +124,22 @@ while #admit < take and x <= seq do
       end
       if away then
         gone[#gone + 1] = n
-      else
+      elseif #admit < take then
         admit[#admit + 1] = n
         last_admitted = n
-        if #admit == take then
-          break
-        end
+      end
+      if #admit >= take and judged >= probe then
+        break
       end
     end
   end
   x = last + 1
 end
 
--- Writes only from here: a failed read above leaves the line as it was.
-if ARGV[10] ~= '' then
+-- Writes only from here: a failed read above leaves the line as it was. A tick that changes
+-- nothing writes nothing (an idle line's ticks do not replicate).
+local changes = #admit > 0 or #gone > 0 or #expired_ticks > 0
+if changes and ARGV[10] ~= '' then
   redis.call('SET', KEYS[7], ARGV[10], 'PX', 600000)
 end
 if #expired_ticks > 0 then
@@ -149,7 +158,9 @@ if last_admitted then
   gb = departed_below(nb)
   redis.call('ZADD', KEYS[4], nb, nb .. ':' .. now .. ':' .. seq)
 end
-redis.call('HSET', KEYS[1], 'b', nb, 'e', e, 'gb', gb)
+if nb ~= b or e ~= e0 then
+  redis.call('HSET', KEYS[1], 'b', nb, 'e', e, 'gb', gb)
+end
 local waiting = 0
 if seq >= nb then
   waiting = (seq - nb + 1) - (departed_below(seq + 1) - gb)

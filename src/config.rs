@@ -162,10 +162,13 @@ pub struct RedisConfig {
     #[arg(long, env = "WAITROOM_KEY_PREFIX", default_value = "wr")]
     pub key_prefix: String,
     /// Replicas of a show's primary that must hold a booking's sold mark before its 201
-    /// (`WAIT`); default 1 on a Redis Cluster, 0 on one non-cluster Redis (no replicas).
+    /// (`WAIT`); default 1 on a Redis Cluster, 0 on one non-cluster Redis (no replicas). Also
+    /// the replicas of a numbered line's counter that must hold an arrival number before it is
+    /// used (docs/numbered-line.md).
     #[arg(long, env = "WAITROOM_BOOKING_REPLICAS")]
     pub booking_replicas: Option<u32>,
     /// How long a booking waits for those replicas, ms; past it the booking is undone (503).
+    /// Also how long a numbered line's enter waits for its number to reach them (then 503).
     #[arg(long, env = "WAITROOM_BOOKING_WAIT_MS", default_value_t = 1000)]
     pub booking_wait_ms: u64,
     /// Connection timeout, ms.

@@ -57,9 +57,15 @@ impl Services {
     /// first use) and the Kafka producer, for `serve`, `ledger` and `reconcile`.
     pub async fn connect(config: &Config, token_secret: &str) -> anyhow::Result<Self> {
         let store = Store::connect(&config.redis).await?;
+        let replicas = config
+            .redis
+            .booking_replicas
+            .unwrap_or(u32::from(store.conn().is_cluster()));
+        let wait = Duration::from_millis(config.redis.booking_wait_ms);
         let queue = Arc::new(
             Queue::new(store.clone(), Signer::new(token_secret))
-                .with_score_cache(config.redis.score_cache_entries),
+                .with_score_cache(config.redis.score_cache_entries)
+                .with_number_durability(replicas, wait),
         );
         let db = PgPoolOptions::new()
             .max_connections(config.db.connections)
@@ -72,13 +78,7 @@ impl Services {
             db.clone(),
             Duration::from_millis(config.http.seat_map_max_age_ms),
         ));
-        let durability = Durability {
-            replicas: config
-                .redis
-                .booking_replicas
-                .unwrap_or(u32::from(store.conn().is_cluster())),
-            wait: Duration::from_millis(config.redis.booking_wait_ms),
-        };
+        let durability = Durability { replicas, wait };
         let bookings = Arc::new(Bookings::new(
             store,
             queue.clone(),

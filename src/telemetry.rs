@@ -50,6 +50,9 @@ pub const POSITION_PREFETCH: &str = "waitroom_position_prefetch_total";
 /// a leaver) and could not be recorded as gaps because Redis failed: each makes counted
 /// positions behind it one too large until the head passes it.
 pub const COUNTER_GAPS_LOST: &str = "waitroom_counter_gaps_lost_total";
+/// Enters of a numbered line answered 503 because their arrival number did not reach the
+/// counter primary's replicas within the wait (`Durable` in src/queue/numbered.rs).
+pub const NUMBERS_NOT_REPLICATED: &str = "waitroom_numbers_not_replicated_total";
 /// Redis commands one poll of a waiting person sent to find its position (round trips, counted
 /// where they are sent; the occasional record of the poll is not one of them), by the
 /// `strategy` that computed the position.

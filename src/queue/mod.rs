@@ -144,6 +144,8 @@ pub struct Queue {
     clock: ArrivalClock,
     /// Tickets' scores as this instance last read them, for one-round `timestamp` positions.
     scores: scores::ScoreCache,
+    /// Numbered lines' counters: how far each is known to be on a replica.
+    numbers: numbered::Durable,
 }
 
 impl Queue {
@@ -155,7 +157,17 @@ impl Queue {
             signer,
             clock: ArrivalClock::default(),
             scores: scores::ScoreCache::new(scores::DEFAULT_ENTRIES),
+            numbers: numbered::Durable::new(0, std::time::Duration::ZERO),
         }
+    }
+
+    /// This queue using a numbered line's arrival number only once `replicas` replicas of the
+    /// counter's primary hold it, waiting at most `wait` (then the enter answers 503): a
+    /// failover can then never hand the same number out twice. 0 replicas: no wait (one Redis
+    /// without replicas). See [`numbered::Durable`].
+    pub fn with_number_durability(mut self, replicas: u32, wait: std::time::Duration) -> Self {
+        self.numbers = numbered::Durable::new(replicas, wait);
+        self
     }
 
     /// This queue remembering at most `entries` tickets' scores (0: none; every `timestamp`

@@ -8,6 +8,11 @@
 //! round (a re-entry adds one or two); a poll reads the index, then the standing, or both in one
 //! round when this instance remembers the ticket's number.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
 use redis::RedisError;
 use waitroom_strategies::StrategyKind;
 
@@ -40,6 +45,46 @@ pub(super) fn numbered_horizon(cfg: &EventConfig) -> u64 {
     horizon(cfg).saturating_mul(u64::from(cfg.shards.max(1)))
 }
 
+/// How far each numbered line's counter is known to be on its replicas, and the one `WAIT` at a
+/// time that moves it (a group commit).
+///
+/// Redis replicates asynchronously: a failover of the counter's primary can promote a replica
+/// whose counter is behind numbers already handed out, and the next enters would get them again
+/// (two people, one number, one place; docs/numbered-line.md, "Risks"). So a number is used only
+/// once a replica holds the counter at or past it. One `WAIT` answers for every number the
+/// counter had given when it ran ([`crate::redis::RedisConn::wait_replicated_reading`]: a probe
+/// write, a `GET` of the counter and the `WAIT`, on the connection kept for waits), so enters
+/// arriving together share it: each waits for at most the one running and the next.
+pub(crate) struct Durable {
+    replicas: u32,
+    wait: Duration,
+    events: Mutex<HashMap<String, Arc<Counter>>>,
+}
+
+/// One counter's state in [`Durable`].
+#[derive(Default)]
+struct Counter {
+    /// Every number up to this one is on `replicas` replicas.
+    upto: AtomicU64,
+    /// Held while this counter's `WAIT` runs.
+    running: tokio::sync::Mutex<()>,
+}
+
+impl Durable {
+    pub(crate) fn new(replicas: u32, wait: Duration) -> Self {
+        Durable {
+            replicas,
+            wait,
+            events: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn counter(&self, seq: &str) -> Arc<Counter> {
+        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        events.entry(seq.to_owned()).or_default().clone()
+    }
+}
+
 /// `nl_status.lua`'s modes.
 #[derive(Debug, Clone, Copy)]
 enum Mode {
@@ -66,6 +111,50 @@ impl Queue {
         let bucket = u32::from(crc) % cfg.index_buckets.max(1);
         let tag = &cfg.shard_tags[bucket as usize % cfg.shard_tags.len().max(1)];
         self.store.keys().index_bucket(tag, bucket)
+    }
+
+    /// Returns once number `n` of the counter `seq` is on the configured replicas; an error
+    /// (answered 503) when they did not take it within the wait, or when the node that answered
+    /// has a counter below `n` (a failover took the number with the old primary).
+    async fn durable(&self, ev: &Event, n: u64) -> Result<(), QueueError> {
+        let d = &self.numbers;
+        if d.replicas == 0 {
+            return Ok(());
+        }
+        let seq = &ev.numbered.seq;
+        let counter = d.counter(seq);
+        if counter.upto.load(Ordering::Acquire) >= n {
+            return Ok(());
+        }
+        let _running = counter.running.lock().await;
+        // The WAIT that ran meanwhile may cover this number already.
+        if counter.upto.load(Ordering::Acquire) >= n {
+            return Ok(());
+        }
+        let mut read = redis::cmd("GET");
+        read.arg(seq);
+        let (value, acked) = self
+            .store
+            .waits()
+            .wait_replicated_reading(
+                &format!("{}:replicated", ev.numbered.line),
+                read,
+                d.replicas,
+                d.wait.as_millis() as u64,
+            )
+            .await?;
+        let held = value.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        if acked >= d.replicas && held >= n {
+            counter.upto.fetch_max(held, Ordering::AcqRel);
+            return Ok(());
+        }
+        metrics::counter!(crate::telemetry::NUMBERS_NOT_REPLICATED).increment(1);
+        tracing::warn!(event = %ev.id, number = n, counter = held, acked,
+            "a numbered line's arrival number did not reach the replicas in time; not used");
+        Err(QueueError::Redis(RedisError::from((
+            redis::ErrorKind::Io,
+            "the arrival number did not reach the replicas in time",
+        ))))
     }
 
     /// Where number `n` stands (`lua/nl_status.lua`).
@@ -127,6 +216,8 @@ impl Queue {
             .arg(&ev.numbered.seq)
             .query_async(&mut self.store.conn())
             .await?;
+        // Not used before a replica has it: a failover must not hand it out again.
+        self.durable(ev, n).await?;
         let (held, reply) = tokio::join!(
             self.write_index(&index, &member, n, None),
             self.number_standing(ev, n, Mode::Enter)

@@ -119,19 +119,26 @@ impl RedisConn {
         replicas: u32,
         timeout_ms: u64,
     ) -> redis::RedisResult<(Option<String>, u32)> {
+        let mut read = redis::cmd("HGET");
+        read.arg(check.0).arg(check.1);
+        self.wait_replicated_reading(probe, read, replicas, timeout_ms)
+            .await
+    }
+
+    /// [`RedisConn::wait_replicated`] with any read of one value in `probe`'s slot as the check
+    /// (a numbered line's counter: `GET`).
+    pub async fn wait_replicated_reading(
+        &mut self,
+        probe: &str,
+        check: redis::Cmd,
+        replicas: u32,
+        timeout_ms: u64,
+    ) -> redis::RedisResult<(Option<String>, u32)> {
         use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
         let mut pipe = redis::pipe();
-        pipe.cmd("SET")
-            .arg(probe)
-            .arg(1)
-            .arg("PX")
-            .arg(60_000)
-            .cmd("HGET")
-            .arg(check.0)
-            .arg(check.1)
-            .cmd("WAIT")
-            .arg(replicas)
-            .arg(timeout_ms);
+        pipe.cmd("SET").arg(probe).arg(1).arg("PX").arg(60_000);
+        pipe.add_command(check);
+        pipe.cmd("WAIT").arg(replicas).arg(timeout_ms);
         // Bounded by the wait itself plus the per-command bound, not by the latter alone: WAIT
         // answers only when its own timeout has passed.
         let limit = Duration::from_millis(

@@ -9,7 +9,10 @@ use futures::future::join_all;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::common::{assert_error, eventually, spawn_app, unique, TestApp};
+use waitroom::redis::keys::slot;
+
+use crate::common::procs::RedisProcs;
+use crate::common::{assert_error, eventually, spawn_app, spawn_app_with, unique, TestApp};
 
 /// Polls every ticket; returns ticket → (status, position).
 async fn standings(app: &TestApp, ev: &str, tickets: &[String]) -> HashMap<String, (String, u64)> {
@@ -275,5 +278,125 @@ async fn a_numbered_line_keeps_its_form_strategy_and_shards() {
             cfg["line_form"].as_str()
         ),
         (Some("global_counter"), Some(2), Some("numbered"))
+    );
+}
+
+/// With no room inside, the front of the line is still judged: someone who entered and went
+/// silent stops counting in the positions behind them before any slot frees.
+#[tokio::test]
+async fn with_the_capacity_full_an_abandoned_place_at_the_front_stops_counting() {
+    let app = spawn_app().await;
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"line_form": "numbered", "shards": 1, "admit_per_second": 1000,
+               "active_capacity": 1, "abandon_after_seconds": 1}),
+    )
+    .await;
+    app.admitted(&ev, "inside").await;
+    let silent = ticket_of(&app.enter_ok(&ev, "silent").await).await;
+    let polling = ticket_of(&app.enter_ok(&ev, "polling").await).await;
+    assert_eq!(app.poll_ok(&ev, &polling).await["position"], 2);
+    eventually(
+        Duration::from_secs(10),
+        "the silent place stops counting",
+        || async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            (app.poll_ok(&ev, &polling).await["position"] == 1).then_some(())
+        },
+    )
+    .await;
+    assert_error(
+        app.poll(&ev, &silent).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+    assert_eq!(app.get_event(&ev).await["stats"]["active"], 1, "still full");
+}
+
+/// The counter's primary dies with numbers that only it had: its replica froze and lost its link
+/// first, people kept entering, then the primary was killed and the stale replica took over.
+/// Nobody may share a number (one place, admitted together, a leave of one departing the
+/// other): an enter uses its number only once a replica holds it, so the enters of the fault
+/// answer 503 (or, had one gone through, its number would be on the replica), and everyone
+/// answered 200 before, during or after holds a place of their own, exactly 1..=n.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_of_the_counters_primary_never_hands_a_number_out_twice() {
+    let mut cluster = RedisProcs::cluster(7120);
+    let urls = cluster.urls();
+    let app = spawn_app_with(|c| c.redis.nodes = urls).await;
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"line_form": "numbered", "shards": 4, "admit_per_second": 0}),
+    )
+    .await;
+    let mut early = Vec::new();
+    for i in 0..40 {
+        early.push(ticket_of(&app.enter_ok(&ev, &format!("early{i}")).await).await);
+    }
+    let primary = cluster.primary_for_slot(slot(&app.keys.numbered(&ev).seq));
+    let replica = cluster.replica_of(primary);
+    cluster.pause(replica);
+    cluster.cut_replicas(primary);
+    let during = join_all((0..20).map(|i| {
+        let (app, ev) = (&app, &ev);
+        async move { app.enter(ev, &format!("during{i}")).await }
+    }))
+    .await;
+    let mut answered = Vec::new();
+    let mut refused = 0;
+    for r in during {
+        match r.status() {
+            StatusCode::OK => answered.push(r.json::<Value>().await.unwrap()["ticket"].clone()),
+            StatusCode::SERVICE_UNAVAILABLE => refused += 1,
+            s => panic!("an enter during the fault answered {s}"),
+        }
+    }
+    cluster.kill(primary);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    cluster.resume(replica);
+    tokio::task::block_in_place(|| {
+        cluster.wait_primary(replica, Duration::from_secs(30));
+        cluster.replace_as_replica(primary, replica);
+    });
+    let mut after = Vec::new();
+    for i in 0..20 {
+        after.push(ticket_of(&app.enter_ok(&ev, &format!("after{i}")).await).await);
+    }
+    eprintln!(
+        "counter failover: {} enters answered 200 and {refused} answered 503 while only the primary had the counter",
+        answered.len()
+    );
+    // The early ones keep places 1..=40; everyone answered 200 holds a place of their own.
+    let mut places = Vec::new();
+    for (i, t) in early.iter().enumerate() {
+        let s = app.poll_ok(&ev, t).await;
+        assert_eq!(s["position"], i as u64 + 1, "early{i}");
+        places.push(i as u64 + 1);
+    }
+    let during: Vec<String> = answered
+        .iter()
+        .map(|t| t.as_str().unwrap().to_owned())
+        .collect();
+    for t in during.iter().chain(&after) {
+        let r = app.poll(&ev, t).await;
+        match r.status() {
+            StatusCode::OK => places.push(
+                r.json::<Value>().await.unwrap()["position"]
+                    .as_u64()
+                    .unwrap(),
+            ),
+            // An entry the dead primary took with it (its index bucket lived there) is told so.
+            StatusCode::NOT_FOUND if during.contains(t) => {}
+            s => panic!("{t} answered {s}"),
+        }
+    }
+    places.sort();
+    assert_eq!(
+        places,
+        (1..=places.len() as u64).collect::<Vec<_>>(),
+        "one place each"
     );
 }
