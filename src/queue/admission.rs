@@ -43,6 +43,10 @@ use crate::redis::keys::stats;
 use crate::redis::replies::{AdmitRefusal, Admitted, Granted, Lease, ShardRead};
 use crate::redis::scripts::with_numbered_keys;
 
+/// People one `lua/nl_tick.lua` call admits at most: ~1.5 ms of Redis on this project's machine
+/// (docs/numbered-line.md, "Built"), under the 2 ms a script may hold a primary.
+const NUMBERED_STEP: usize = 1000;
+
 /// `lua/nl_tick.lua`'s reply: admitted, abandoned, active after, waiting after, status, guard,
 /// boundary after.
 type NumberedTick = (u64, u64, u64, u64, i64, i64, u64);
@@ -408,8 +412,10 @@ impl EventAdmission {
         Ok(admitted)
     }
 
-    /// One tick of a numbered line: the boundary moves past the next people still there, in
-    /// one script on the event's slot (`lua/nl_tick.lua`); nobody is moved.
+    /// One tick of a numbered line: the boundary moves past the next people still there
+    /// (`lua/nl_tick.lua`); nobody is moved. The budget goes in steps of at most
+    /// [`NUMBERED_STEP`] people, one script each, so no script holds the event's primary (and
+    /// every poll of the event waiting behind it) for long.
     async fn tick_numbered(
         &mut self,
         cfg: &EventConfig,
@@ -420,23 +426,36 @@ impl EventAdmission {
         let abandon_before = abandon_bound(now_ms, cfg);
         let fence = self.fence_ms.map(|f| f.to_string()).unwrap_or_default();
         self.ticks += 1;
-        let op = format!("{}:{}", self.run_id, self.ticks);
         let store = self.queue.store();
         let keys = store.keys().numbered(self.event.as_str());
-        let reply: NumberedTick = with_numbered_keys(&store.scripts().nl_tick, &keys)
-            .arg(budget)
-            .arg(cfg.active_capacity)
-            .arg(now_ms)
-            .arg(cfg.active_ttl_seconds * 1000)
-            .arg(abandon_before)
-            .arg(abandon_before)
-            .arg(guarded_bound(now_ms, cfg))
-            .arg(super::numbered::numbered_horizon(cfg))
-            .arg(fence)
-            .arg(op)
-            .invoke_async(&mut store.conn())
-            .await?;
-        let (admitted, abandoned, active, waiting, status, suspended, _boundary) = reply;
+        let (mut admitted, mut abandoned, mut steps) = (0u64, 0u64, 0u64);
+        let mut left = budget;
+        let reply = loop {
+            steps += 1;
+            let step = left.min(NUMBERED_STEP);
+            let op = format!("{}:{}:{steps}", self.run_id, self.ticks);
+            let reply: NumberedTick = with_numbered_keys(&store.scripts().nl_tick, &keys)
+                .arg(step)
+                .arg(cfg.active_capacity)
+                .arg(now_ms)
+                .arg(cfg.active_ttl_seconds * 1000)
+                .arg(abandon_before)
+                .arg(abandon_before)
+                .arg(guarded_bound(now_ms, cfg))
+                .arg(super::numbered::numbered_horizon(cfg))
+                .arg(&fence)
+                .arg(op)
+                .invoke_async(&mut store.conn())
+                .await?;
+            admitted += reply.0;
+            abandoned += reply.1;
+            // Done: the budget is spent, the line or the room ran out, or the fence refused.
+            if reply.4 != 0 || reply.0 < step as u64 || left <= step {
+                break reply;
+            }
+            left -= step;
+        };
+        let (_, _, active, waiting, status, suspended, _boundary) = reply;
         if status == 1 {
             metrics::counter!(telemetry::ADMISSION_FENCED, "event" => self.event.to_string())
                 .increment(1);
@@ -455,11 +474,11 @@ impl EventAdmission {
         self.tokens -= admitted as f64;
         self.shard_waiting = vec![waiting];
         self.publish_line().await?;
-        // The lease check and the tick's one script.
+        // The lease check and the tick's scripts.
         self.record(
             suspended,
             abandoned,
-            2,
+            1 + steps,
             admitted,
             waiting + admitted,
             active.saturating_sub(admitted),

@@ -400,3 +400,56 @@ async fn a_failover_of_the_counters_primary_never_hands_a_number_out_twice() {
         "one place each"
     );
 }
+
+/// A tick's budget above one script's step (1,000) goes in several scripts: 2,500 waiting,
+/// room for 2,200, a budget of 5,000 a tick. Exactly the first 2,200 are let in (the room is
+/// counted again by every step), and the rest keep their order from place 1.
+#[tokio::test]
+async fn a_budget_of_several_steps_admits_exactly_the_room_in_order() {
+    let app = spawn_app().await;
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"line_form": "numbered", "shards": 4, "admit_per_second": 0,
+               "active_capacity": 2200}),
+    )
+    .await;
+    let mut by_position = Vec::new();
+    for batch in 0..10 {
+        let entered = join_all((0..250).map(|i| {
+            let (app, ev) = (&app, &ev);
+            async move { app.enter_ok(ev, &format!("u{batch}-{i}")).await }
+        }))
+        .await;
+        for s in entered {
+            by_position.push((s["position"].as_u64().unwrap(), ticket_of(&s).await));
+        }
+    }
+    by_position.sort();
+    assert_eq!(
+        by_position.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+        (1..=2500).collect::<Vec<u64>>()
+    );
+    // 100,000 a second at a 50 ms tick: 5,000 a tick, five steps of 1,000.
+    app.update_event(&ev, json!({"admit_per_second": 100000}))
+        .await;
+    eventually(Duration::from_secs(20), "2,200 active", || async {
+        (app.get_event(&ev).await["stats"]["active"] == 2200).then_some(())
+    })
+    .await;
+    let tickets: Vec<String> = by_position.into_iter().map(|(_, t)| t).collect();
+    let polled = standings(&app, &ev, &tickets).await;
+    for (k, t) in tickets.iter().enumerate() {
+        if k < 2200 {
+            assert_eq!(polled[t].0, "admitted", "place {}", k + 1);
+        } else {
+            assert_eq!(
+                polled[t],
+                ("waiting".to_owned(), k as u64 - 2199),
+                "place {}",
+                k + 1
+            );
+        }
+    }
+    assert_eq!(app.get_event(&ev).await["stats"]["waiting"], 300);
+}
