@@ -38,27 +38,9 @@ local e0 = e
 local seq = tonumber(redis.call('GET', KEYS[6])) or 0
 
 -- Sessions that ran out: `e` moves to the boundary of the newest tick at least a session old.
-local lapsed = redis.call('ZRANGE', KEYS[4], 0, 999, 'WITHSCORES')
-local expired_ticks = {}
-for i = 1, #lapsed, 2 do
-  local at = tonumber(string.match(lapsed[i], '^%d+:(%d+):'))
-  if at + ttl > now then
-    break
-  end
-  e = math.max(e, tonumber(lapsed[i + 1]))
-  expired_ticks[#expired_ticks + 1] = lapsed[i]
-end
-
-local function bits(key, from, to)
-  if to < from then
-    return 0
-  end
-  return redis.call('BITCOUNT', key, from, to, 'BIT')
-end
-local active = 0
-if b > e then
-  active = (b - e) - bits(KEYS[2], e, b - 1) - bits(KEYS[3], e, b - 1)
-end
+local expired_ticks
+e, expired_ticks = lapsed(e, now, ttl)
+local active = active_between(e, b)
 local take = math.max(0, math.min(budget, capacity - active))
 
 -- The overload guard (as lua/shard_heads.lua): when fewer than half of those near the front who
@@ -161,8 +143,4 @@ end
 if nb ~= b or e ~= e0 then
   redis.call('HSET', KEYS[1], 'b', nb, 'e', e, 'gb', gb)
 end
-local waiting = 0
-if seq >= nb then
-  waiting = (seq - nb + 1) - (departed_below(seq + 1) - gb)
-end
-return {#admit, abandoned, active + #admit, waiting, 0, suspended, nb}
+return {#admit, abandoned, active + #admit, waiting_from(nb, gb, seq), 0, suspended, nb}

@@ -93,6 +93,41 @@ local function line_figures()
   return tonumber(f[1]) or 1, tonumber(f[2]) or 1, tonumber(f[3]) or 0
 end
 
+-- Sessions that ran out by `now`, whole ticks at a time: the first number whose session may
+-- still be live (at least `e`), and the members of the ticks that ran out.
+local function lapsed(e, now, ttl)
+  local ticks = redis.call('ZRANGE', KEYS[4], 0, 999, 'WITHSCORES')
+  local out = {}
+  for i = 1, #ticks, 2 do
+    local at = tonumber(string.match(ticks[i], '^%d+:(%d+):'))
+    if at + ttl > now then
+      break
+    end
+    e = math.max(e, tonumber(ticks[i + 1]))
+    out[#out + 1] = ticks[i]
+  end
+  return e, out
+end
+
+-- Live sessions: the numbers from `e` up to the boundary `b`, less those that departed before
+-- it passed them and those whose session ended.
+local function active_between(e, b)
+  if b <= e then
+    return 0
+  end
+  return (b - e) - redis.call('BITCOUNT', KEYS[2], e, b - 1, 'BIT')
+    - redis.call('BITCOUNT', KEYS[3], e, b - 1, 'BIT')
+end
+
+-- People waiting: the numbers from the boundary `b` to the counter `seq`, less the departures
+-- among them (`gb`: the departures below `b`).
+local function waiting_from(b, gb, seq)
+  if seq < b then
+    return 0
+  end
+  return (seq - b + 1) - (departed_below(seq + 1) - gb)
+end
+
 -- When admitted n was let in (ms): the time of the first tick whose boundary passed it.
 local function admitted_at(n)
   local t = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. n, '+inf', 'LIMIT', 0, 1)

@@ -541,6 +541,17 @@ impl Bench {
         shards: u32,
         strategy: StrategyKind,
     ) -> anyhow::Result<(EventId, EventConfig)> {
+        self.new_event_of(shards, strategy, LineForm::SortedSets)
+            .await
+    }
+
+    /// A paused event, admission held back and room for everyone, its line kept as `form`.
+    async fn new_event_of(
+        &self,
+        shards: u32,
+        strategy: StrategyKind,
+        form: LineForm,
+    ) -> anyhow::Result<(EventId, EventConfig)> {
         let id = EventId::parse(&format!(
             "b{}",
             &uuid::Uuid::new_v4().simple().to_string()[..12]
@@ -551,6 +562,7 @@ impl Bench {
             active_capacity: Some(10_000_000),
             strategy: Some(strategy),
             state: Some(EventState::Paused),
+            line_form: Some(form),
             ..Default::default()
         };
         let (cfg, _) = self.queue.put_event(&id, &patch).await?;
@@ -939,19 +951,9 @@ impl Bench {
         n: u32,
         count: usize,
     ) -> anyhow::Result<AdmitRow> {
-        let id = EventId::parse(&format!(
-            "b{}",
-            &uuid::Uuid::new_v4().simple().to_string()[..12]
-        ))?;
-        let patch = EventPatch {
-            shards: Some(n),
-            admit_per_second: Some(0.0),
-            active_capacity: Some(10_000_000),
-            line_form: Some(LineForm::Numbered),
-            state: Some(EventState::Paused),
-            ..Default::default()
-        };
-        let (cfg, _) = self.queue.put_event(&id, &patch).await?;
+        let (id, cfg) = self
+            .new_event_of(n, StrategyKind::GlobalCounter, LineForm::Numbered)
+            .await?;
         let keys = self.queue.store().keys().numbered(id.as_str());
         let mut conn = self.queue.store().conn();
         let () = conn.set(&keys.seq, w).await?;

@@ -43,9 +43,10 @@ use crate::redis::keys::stats;
 use crate::redis::replies::{AdmitRefusal, Admitted, Granted, Lease, ShardRead};
 use crate::redis::scripts::with_numbered_keys;
 
-/// People one `lua/nl_tick.lua` call admits at most: ~1.5 ms of Redis on this project's machine
-/// (docs/numbered-line.md, "Built"), under the 2 ms a script may hold a primary.
-const NUMBERED_STEP: usize = 1000;
+/// People one `lua/nl_tick.lua` call admits at most. Steps of 1,000 took 1.65–2.33 ms of Redis
+/// each on this project's machine (docs/numbered-line.md, "Built"); 700 keep a script under the
+/// 2 ms one may hold a primary.
+const NUMBERED_STEP: usize = 700;
 
 /// `lua/nl_tick.lua`'s reply: admitted, abandoned, active after, waiting after, status, guard,
 /// boundary after.
@@ -462,15 +463,7 @@ impl EventAdmission {
             tracing::warn!(event = %self.event,
                 "admission: this tick outlived its lease; its move was refused by the fence");
         }
-        let suspended = suspended == 1;
-        if suspended != self.abandonment_suspended {
-            self.abandonment_suspended = suspended;
-            if suspended {
-                tracing::warn!(event = %self.event, "admission: most of the front of the line has not been seen for abandon_after_seconds; not removing anyone as abandoned until polls come back");
-            } else {
-                tracing::info!(event = %self.event, "admission: polls are back; abandoned places are removed again");
-            }
-        }
+        let suspended = self.note_guard(suspended == 1);
         self.tokens -= admitted as f64;
         self.shard_waiting = vec![waiting];
         self.publish_line().await?;
@@ -606,7 +599,11 @@ impl EventAdmission {
     /// The overload guard: fewer than half of a shard's line seen lately means polls are not
     /// reaching us, so nobody is taken for gone. Logs when it changes; returns whether it holds.
     fn watch_guard(&mut self, shards: &[ShardRead]) -> bool {
-        let suspended = shards.iter().any(|s| s.abandonment_suspended);
+        self.note_guard(shards.iter().any(|s| s.abandonment_suspended))
+    }
+
+    /// Logs a change of the overload guard; returns whether it holds.
+    fn note_guard(&mut self, suspended: bool) -> bool {
         if suspended != self.abandonment_suspended {
             self.abandonment_suspended = suspended;
             if suspended {

@@ -4,8 +4,9 @@
 //! number with prefix sums per block; admission advances a boundary. A position is arithmetic
 //! on those figures: exact, a few commands whatever the line's size (`lua/numbered_lib.lua`).
 //!
-//! Round trips: an enter takes a number, then writes the index and reads the standing in one
-//! round (a re-entry adds one or two); a poll reads the index, then the standing, or both in one
+//! Round trips: an enter takes a number, waits until a replica holds it ([`Durable`]; shared
+//! by the enters arriving together), then writes the index and reads the standing in one round
+//! (a re-entry adds one or two); a poll reads the index, then the standing, or both in one
 //! round when this instance remembers the ticket's number.
 
 use std::collections::HashMap;

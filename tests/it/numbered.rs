@@ -401,7 +401,7 @@ async fn a_failover_of_the_counters_primary_never_hands_a_number_out_twice() {
     );
 }
 
-/// A tick's budget above one script's step (1,000) goes in several scripts: 2,500 waiting,
+/// A tick's budget above one script's step (700) goes in several scripts: 2,500 waiting,
 /// room for 2,200, a budget of 5,000 a tick. Exactly the first 2,200 are let in (the room is
 /// counted again by every step), and the rest keep their order from place 1.
 #[tokio::test]
@@ -430,7 +430,7 @@ async fn a_budget_of_several_steps_admits_exactly_the_room_in_order() {
         by_position.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
         (1..=2500).collect::<Vec<u64>>()
     );
-    // 100,000 a second at a 50 ms tick: 5,000 a tick, five steps of 1,000.
+    // 100,000 a second at a 50 ms tick: 5,000 a tick, steps of 700.
     app.update_event(&ev, json!({"admit_per_second": 100000}))
         .await;
     eventually(Duration::from_secs(20), "2,200 active", || async {
