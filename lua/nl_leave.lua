@@ -9,7 +9,6 @@ local n, now = tonumber(ARGV[1]), tonumber(ARGV[2])
 local s = standing(n, now, tonumber(ARGV[3]))
 if s[1] == 0 then
   depart({n})
-  redis.call('ZREM', KEYS[5], n)
   return 1
 elseif s[1] == 1 then
   redis.call('SETBIT', KEYS[3], n, 1)

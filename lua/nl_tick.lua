@@ -13,13 +13,14 @@
 -- ARGV[9]  fence: admit nobody once this node's clock (TIME, ms) reaches it ('' = none); see
 --          lua/admit.lua
 -- ARGV[10] this operation's id ('' = none): a second run with the same id changes nothing
+-- ARGV[11] the records' period, ms (see lua/numbered_lib.lua)
 -- Returns  {admitted, abandoned, active after, waiting after, status (0 done, 1 fenced,
 --           2 already ran), 1 when the overload guard held, the boundary after}
 --
 -- Nobody is moved: admitting is advancing the boundary past the next `take` numbers still
--- waiting, so the tick's writes do not grow with the number admitted. What grows is the read
--- that decides who is still there: the departures' bits of the numbers passed (one GETRANGE per
--- 1,024 numbers) and their last-seen records (one ZMSCORE per 1,024).
+-- waiting, and nothing is removed. What grows with the number passed is the read that decides
+-- who is still there: per 1,024 numbers one GETRANGE of their departure bits and one of their
+-- records, decoded here.
 if ARGV[10] ~= '' and redis.call('GET', KEYS[7]) == ARGV[10] then
   return {0, 0, 0, 0, 2, 0, 0}
 end
@@ -33,6 +34,13 @@ local budget, capacity = tonumber(ARGV[1]), tonumber(ARGV[2])
 local now, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
 local cut_polled, cut_entered = tonumber(ARGV[5]), tonumber(ARGV[6])
 local horizon = tonumber(ARGV[8])
+local span = tonumber(ARGV[11])
+local period = math.floor(now / span)
+-- A record of period p is after a bound c when p ≥ floor(c / span): a record in the period that
+-- holds the bound counts as after it (lenient by less than a period).
+local function fresh(age, cut)
+  return period - age >= math.floor(cut / span)
+end
 local b, e, gb = line_figures()
 local e0 = e
 local seq = tonumber(redis.call('GET', KEYS[6])) or 0
@@ -43,14 +51,33 @@ e, expired_ticks = lapsed(e, now, ttl)
 local active = active_between(e, b)
 local take = math.max(0, math.min(budget, capacity - active))
 
--- The overload guard (as lua/shard_heads.lua): when fewer than half of those near the front who
--- have polled were seen after the bound, their polls are likelier not reaching the service than
--- all gone; people who have polled are then held to the longer bound.
+-- The overload guard (as lua/shard_heads.lua, over the first 1,024 numbers from the boundary):
+-- when fewer than half of those who have polled were seen after the bound, their polls are
+-- likelier not reaching the service than all gone; people who have polled are then held to the
+-- longer bound. Entries that never polled neither count nor are covered.
 local suspended = 0
-local polled = redis.call('ZCOUNT', KEYS[5], '(0', '+inf')
-if polled >= 100 and 2 * redis.call('ZCOUNT', KEYS[5], '(' .. ARGV[5], '+inf') < polled then
-  suspended = 1
-  cut_polled = tonumber(ARGV[7])
+if seq >= b then
+  local last = math.min(b + 1023, seq)
+  local recs = records(b, last)
+  local bytes = redis.call('GETRANGE', KEYS[2], math.floor(b / 8), math.floor(last / 8))
+  local polled, recent = 0, 0
+  for n = b, last do
+    local p, age = record_at(recs, b, n, period)
+    -- A departed number's record stays behind it: it counts for nobody.
+    if p and departed_in(bytes, b, n) then
+      p = nil
+    end
+    if p then
+      polled = polled + 1
+      if fresh(age, cut_polled) then
+        recent = recent + 1
+      end
+    end
+  end
+  if polled >= 100 and 2 * recent < polled then
+    suspended = 1
+    cut_polled = tonumber(ARGV[7])
+  end
 end
 
 -- Who of the numbers from the boundary on is still there, 1,024 at a time, until `take` found.
@@ -69,24 +96,22 @@ local j = 1
 while (#admit < take or judged < probe) and x <= seq do
   local last = math.min(x + CHUNK - 1, seq)
   local bytes = redis.call('GETRANGE', KEYS[2], math.floor(x / 8), math.floor(last / 8))
-  local base = math.floor(x / 8)
   local cands = {}
   for n = x, last do
-    local byte = string.byte(bytes, math.floor(n / 8) - base + 1) or 0
-    if bit.band(bit.rshift(byte, 7 - n % 8), 1) == 0 then
+    if not departed_in(bytes, x, n) then
       cands[#cands + 1] = n
     end
   end
   if #cands > 0 then
-    local seen = redis.call('ZMSCORE', KEYS[5], unpack(cands))
-    for i, n in ipairs(cands) do
+    local recs = records(x, last)
+    for _, n in ipairs(cands) do
       judged = judged + 1
-      local s = seen[i] and tonumber(seen[i])
+      local polled, age = record_at(recs, x, n, period)
       local away
-      if s and s > 0 then
-        away = s <= cut_polled
-      elseif s then
-        away = -s <= cut_entered
+      if polled then
+        away = not fresh(age, cut_polled)
+      elseif polled == false then
+        away = not fresh(age, cut_entered)
       else
         -- No record: inside the horizon since the first tick whose boundary came within
         -- `horizon` of n, once n had been handed out; never judged before that. Candidates
@@ -128,12 +153,6 @@ if #expired_ticks > 0 then
   redis.call('ZREM', KEYS[4], unpack(expired_ticks))
 end
 local abandoned = depart(gone)
-for c = 1, #gone, 1000 do
-  redis.call('ZREM', KEYS[5], unpack(gone, c, math.min(c + 999, #gone)))
-end
-for c = 1, #admit, 1000 do
-  redis.call('ZREM', KEYS[5], unpack(admit, c, math.min(c + 999, #admit)))
-end
 local nb = b
 if last_admitted then
   nb = last_admitted + 1

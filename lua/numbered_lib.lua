@@ -13,8 +13,9 @@
 -- KEYS[3]  ended sessions (bitmap): bit n set when admitted n ended early (booked, or left)
 -- KEYS[4]  ticks (zset): one per tick that moved the boundary, scored by the boundary after it,
 --          member '<boundary>:<time ms>:<counter then>'
--- KEYS[5]  last-seen records near the front (zset): number → last poll (ms), or -enter (ms)
---          for an entry that has not polled since
+-- KEYS[5]  last-seen records near the front (string): two bytes per number n at offset 2n, 0
+--          for none, else whether n has polled (or only entered) and in which period
+--          (see `record_of`)
 -- KEYS[6]  the counter (string)
 -- KEYS[7]  the last tick's operation id (string)
 --
@@ -23,6 +24,45 @@
 -- length; gone otherwise. Its position is n − b + 1 less the departures between b and n.
 
 local BLOCK = 32768
+
+-- Last-seen records are kept by period (a period is the poll refresh, a quarter of the abandon
+-- time): a cell holds 32768 × polled + (period mod 32767) + 1, big-endian. A poll rewrites its
+-- cell once per period at most; nothing is ever removed (a cell past the boundary is dead weight,
+-- two bytes). Ages are read mod 32767 periods (5.7 days at 15 s): older records read as newer.
+local WRAP = 32767
+
+local function cell(polled, period)
+  local v = (polled and 32768 or 0) + period % WRAP + 1
+  return string.char(math.floor(v / 256), v % 256)
+end
+
+-- The record in `bytes` (a GETRANGE starting at number `first`) of number n: nil for none, else
+-- (polled, age in periods at `period`).
+local function record_at(bytes, first, n, period)
+  local i = 2 * (n - first) + 1
+  local hi, lo = string.byte(bytes, i, i + 1)
+  if not hi or not lo then
+    return nil
+  end
+  local v = hi * 256 + lo
+  if v == 0 then
+    return nil
+  end
+  local polled = v >= 32768
+  return polled, (period - ((v % 32768) - 1)) % WRAP
+end
+
+-- Whether number n's departure bit is set in `bytes` (a GETRANGE of KEYS[2] from the byte
+-- holding number `first`).
+local function departed_in(bytes, first, n)
+  local byte = string.byte(bytes, math.floor(n / 8) - math.floor(first / 8) + 1) or 0
+  return bit.band(bit.rshift(byte, 7 - n % 8), 1) == 1
+end
+
+-- Records of numbers first..last, one GETRANGE.
+local function records(first, last)
+  return redis.call('GETRANGE', KEYS[5], 2 * first, 2 * last + 1)
+end
 
 -- Departures among the numbers below n: the prefix sum of n's block and one partial BITCOUNT.
 local function departed_below(n)
@@ -166,7 +206,6 @@ local function drop(n)
   local b = line_figures()
   if n >= b then
     depart({n})
-    redis.call('ZREM', KEYS[5], n)
   else
     redis.call('SETBIT', KEYS[3], n, 1)
   end

@@ -957,12 +957,19 @@ impl Bench {
         let keys = self.queue.store().keys().numbered(id.as_str());
         let mut conn = self.queue.store().conn();
         let () = conn.set(&keys.seq, w).await?;
-        let now = waitroom::queue::now_ms() as f64;
+        // Records as lua/numbered_lib.lua writes them: polled, in this period.
+        let span = waitroom::queue::seen_refresh_ms(&cfg).max(1);
+        let v = 32_768 + (waitroom::queue::now_ms() / span) % 32_767 + 1;
         let front = (count * 2).min(w);
-        for chunk in (1..=front).collect::<Vec<_>>().chunks(2000) {
-            let items: Vec<(f64, usize)> = chunk.iter().map(|n| (now, *n)).collect();
-            let _: i64 = conn.zadd_multiple(&keys.seen, &items).await?;
-        }
+        let cells: Vec<u8> = (0..front)
+            .flat_map(|_| [(v >> 8) as u8, (v & 0xff) as u8])
+            .collect();
+        let _: i64 = redis::cmd("SETRANGE")
+            .arg(&keys.seen)
+            .arg(2)
+            .arg(cells)
+            .query_async(&mut conn)
+            .await?;
         let row = self
             .measure_tick(&id, &cfg, count, w, "global_counter, numbered line".into())
             .await?;

@@ -446,6 +446,7 @@ impl EventAdmission {
                 .arg(super::numbered::numbered_horizon(cfg))
                 .arg(&fence)
                 .arg(op)
+                .arg(seen_refresh_ms(cfg).max(1))
                 .invoke_async(&mut store.conn())
                 .await?;
             admitted += reply.0;

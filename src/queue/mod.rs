@@ -1130,7 +1130,7 @@ impl Queue {
                 (nl.gone, "string"),
                 (nl.ended, "string"),
                 (nl.ticks, "zset"),
-                (nl.seen, "zset"),
+                (nl.seen, "string"),
                 (nl.seq, "string"),
                 (nl.op, "string"),
             ]);

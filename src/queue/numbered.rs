@@ -167,7 +167,7 @@ impl Queue {
             .arg(cfg.active_ttl_seconds * 1000)
             .arg(mode.as_str())
             .arg(numbered_horizon(cfg))
-            .arg(seen_refresh_ms(cfg))
+            .arg(seen_refresh_ms(cfg).max(1))
             .invoke_async(&mut self.store.conn())
             .await
     }

@@ -19,7 +19,7 @@
 //! | `<p>:{<event>}:nl:gone` | string (bitmap) | numbered line: bit n set when number n stopped waiting without being admitted |
 //! | `<p>:{<event>}:nl:ended` | string (bitmap) | numbered line: bit n set when admitted number n ended its session early |
 //! | `<p>:{<event>}:nl:ticks` | zset | numbered line: boundary after each admission tick → `<boundary>:<ms>:<counter>` |
-//! | `<p>:{<event>}:nl:seen` | zset | numbered line: last-seen records near the front, number → ms (negative: entered, not polled) |
+//! | `<p>:{<event>}:nl:seen` | string | numbered line: last-seen records near the front, two bytes per number: polled or only entered, and in which period |
 //! | `<p>:{<event>}:nl:seq` | string | numbered line: the arrival counter |
 //! | `<p>:{<event>}:nl:op` | string | numbered line: id of the last admission tick (PX) |
 //! | `<p>:<tag>:ix:<b>` | hash | numbered line: index bucket `b` (member → number), in the tag of shard `b mod shards`; small, so listpack-encoded |
@@ -150,7 +150,7 @@ pub struct NumberedKeys {
     pub ended: String,
     /// Admission ticks (zset).
     pub ticks: String,
-    /// Last-seen records near the front (zset).
+    /// Last-seen records near the front (string of two-byte cells).
     pub seen: String,
     /// The arrival counter (string).
     pub seq: String,

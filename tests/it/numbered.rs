@@ -453,3 +453,45 @@ async fn a_budget_of_several_steps_admits_exactly_the_room_in_order() {
     }
     assert_eq!(app.get_event(&ev).await["stats"]["waiting"], 300);
 }
+
+/// The overload guard on the numbered line: when most people near the front who have polled
+/// were not seen lately, their polls are likelier lost than they all gone. 120 poll once, then
+/// nothing reaches the service for 2 s (past the 1.25 s bound): the gate opens and all 120 are
+/// let in, held to the guard's longer bound. Someone who entered and never polled is not
+/// covered by the guard and is still taken for gone.
+#[tokio::test]
+async fn while_the_guard_holds_on_the_numbered_line_people_who_polled_keep_their_places() {
+    let app = spawn_app().await;
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"line_form": "numbered", "shards": 2, "admit_per_second": 0,
+               "abandon_after_seconds": 1}),
+    )
+    .await;
+    let silent = ticket_of(&app.enter_ok(&ev, "silent").await).await;
+    let entered = join_all((0..120).map(|i| {
+        let (app, ev) = (&app, &ev);
+        async move { ticket_of(&app.enter_ok(ev, &format!("q{i}")).await).await }
+    }))
+    .await;
+    standings(&app, &ev, &entered).await;
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    app.update_event(&ev, json!({"admit_per_second": 5000}))
+        .await;
+    eventually(Duration::from_secs(10), "the 120 admitted", || async {
+        (app.get_event(&ev).await["stats"]["active"] == 120).then_some(())
+    })
+    .await;
+    let polled = standings(&app, &ev, &entered).await;
+    assert!(
+        polled.values().all(|(status, _)| status == "admitted"),
+        "the guard held: {polled:?}"
+    );
+    assert_error(
+        app.poll(&ev, &silent).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+}
