@@ -14,6 +14,8 @@
 --          lua/admit.lua
 -- ARGV[10] this operation's id ('' = none): a second run with the same id changes nothing
 -- ARGV[11] the records' period, ms (see lua/numbered_lib.lua)
+-- ARGV[12] the overload guard as an earlier step of the same tick found it ('0' or '1'), or ''
+--          to judge it here
 -- Returns  {admitted, abandoned, active after, waiting after, status (0 done, 1 fenced,
 --           2 already ran), 1 when the overload guard held, the boundary after}
 --
@@ -56,7 +58,12 @@ local take = math.max(0, math.min(budget, capacity - active))
 -- likelier not reaching the service than all gone; people who have polled are then held to the
 -- longer bound. Entries that never polled neither count nor are covered.
 local suspended = 0
-if seq >= b then
+if ARGV[12] ~= '' then
+  suspended = tonumber(ARGV[12])
+  if suspended == 1 then
+    cut_polled = tonumber(ARGV[7])
+  end
+elseif seq >= b then
   local last = math.min(b + 1023, seq)
   local recs = records(b, last)
   local bytes = redis.call('GETRANGE', KEYS[2], math.floor(b / 8), math.floor(last / 8))

@@ -431,6 +431,8 @@ impl EventAdmission {
         let keys = store.keys().numbered(self.event.as_str());
         let (mut admitted, mut abandoned, mut steps) = (0u64, 0u64, 0u64);
         let mut left = budget;
+        // The first step judges the overload guard; the others take its finding.
+        let mut guard = String::new();
         let reply = loop {
             steps += 1;
             let step = left.min(NUMBERED_STEP);
@@ -447,8 +449,10 @@ impl EventAdmission {
                 .arg(&fence)
                 .arg(op)
                 .arg(seen_refresh_ms(cfg).max(1))
+                .arg(&guard)
                 .invoke_async(&mut store.conn())
                 .await?;
+            guard = reply.5.to_string();
             admitted += reply.0;
             abandoned += reply.1;
             // Done: the budget is spent, the line or the room ran out, or the fence refused.
