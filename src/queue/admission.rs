@@ -43,9 +43,9 @@ use crate::redis::keys::stats;
 use crate::redis::replies::{AdmitRefusal, Admitted, Granted, Lease, ShardRead};
 use crate::redis::scripts::with_numbered_keys;
 
-/// People one `lua/nl_tick.lua` call admits at most. Steps of 1,000 took 1.65–2.33 ms of Redis
-/// each on this project's machine (docs/numbered-line.md, "Built"); 700 keep a script under the
-/// 2 ms one may hold a primary.
+/// People one `lua/nl_tick.lua` call admits at most, so that no script holds the event's
+/// primary for long: steps of 700 took 0.9–1.5 ms of Redis each on this project's machine, under
+/// the 2 ms a script may hold it (docs/numbered-line.md, "Figures of the built line").
 const NUMBERED_STEP: usize = 700;
 
 /// `lua/nl_tick.lua`'s reply: admitted, abandoned, active after, waiting after, status, guard,
