@@ -67,6 +67,10 @@ pub(crate) struct Durable {
 struct Counter {
     /// Every number up to this one is on `replicas` replicas.
     upto: AtomicU64,
+    /// `WAIT`s started so far (their ids: 1, 2, …).
+    started: AtomicU64,
+    /// The id of the last `WAIT` that did not confirm its numbers (0: none).
+    failed: AtomicU64,
     /// Held while this counter's `WAIT` runs.
     running: tokio::sync::Mutex<()>,
 }
@@ -84,6 +88,15 @@ impl Durable {
         let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
         events.entry(seq.to_owned()).or_default().clone()
     }
+}
+
+/// The answer to an enter whose number did not reach the replicas (503), counted.
+fn not_replicated() -> QueueError {
+    metrics::counter!(crate::telemetry::NUMBERS_NOT_REPLICATED).increment(1);
+    QueueError::Redis(RedisError::from((
+        redis::ErrorKind::Io,
+        "the arrival number did not reach the replicas in time",
+    )))
 }
 
 /// `nl_status.lua`'s modes.
@@ -127,14 +140,21 @@ impl Queue {
         if counter.upto.load(Ordering::Acquire) >= n {
             return Ok(());
         }
+        let asked = counter.started.load(Ordering::Acquire);
         let _running = counter.running.lock().await;
-        // The WAIT that ran meanwhile may cover this number already.
+        // The WAIT that ran meanwhile may cover this number already; one that started after
+        // this number was taken and failed failed for it too: answered at once, so a replica
+        // outage does not queue every enter behind a wait of its own.
         if counter.upto.load(Ordering::Acquire) >= n {
             return Ok(());
         }
+        if counter.failed.load(Ordering::Acquire) > asked {
+            return Err(not_replicated());
+        }
+        let attempt = counter.started.fetch_add(1, Ordering::AcqRel) + 1;
         let mut read = redis::cmd("GET");
         read.arg(seq);
-        let (value, acked) = self
+        let waited = self
             .store
             .waits()
             .wait_replicated_reading(
@@ -143,19 +163,23 @@ impl Queue {
                 d.replicas,
                 d.wait.as_millis() as u64,
             )
-            .await?;
+            .await;
+        let (value, acked) = match waited {
+            Ok(w) => w,
+            Err(e) => {
+                counter.failed.fetch_max(attempt, Ordering::AcqRel);
+                return Err(e.into());
+            }
+        };
         let held = value.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         if acked >= d.replicas && held >= n {
             counter.upto.fetch_max(held, Ordering::AcqRel);
             return Ok(());
         }
-        metrics::counter!(crate::telemetry::NUMBERS_NOT_REPLICATED).increment(1);
+        counter.failed.fetch_max(attempt, Ordering::AcqRel);
         tracing::warn!(event = %ev.id, number = n, counter = held, acked,
             "a numbered line's arrival number did not reach the replicas in time; not used");
-        Err(QueueError::Redis(RedisError::from((
-            redis::ErrorKind::Io,
-            "the arrival number did not reach the replicas in time",
-        ))))
+        Err(not_replicated())
     }
 
     /// Where number `n` stands (`lua/nl_status.lua`).

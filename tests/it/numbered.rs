@@ -319,8 +319,9 @@ async fn with_the_capacity_full_an_abandoned_place_at_the_front_stops_counting()
 /// first, people kept entering, then the primary was killed and the stale replica took over.
 /// Nobody may share a number (one place, admitted together, a leave of one departing the
 /// other): an enter uses its number only once a replica holds it, so the enters of the fault
-/// answer 503 (or, had one gone through, its number would be on the replica), and everyone
-/// answered 200 before, during or after holds a place of their own, exactly 1..=n.
+/// answer 503 (or, had one gone through, its number would be on the replica), without queueing
+/// behind one another's waits, and everyone answered 200 before, during or after holds a place
+/// of their own, exactly 1..=n.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_of_the_counters_primary_never_hands_a_number_out_twice() {
     let mut cluster = RedisProcs::cluster(7120);
@@ -340,11 +341,19 @@ async fn a_failover_of_the_counters_primary_never_hands_a_number_out_twice() {
     let replica = cluster.replica_of(primary);
     cluster.pause(replica);
     cluster.cut_replicas(primary);
+    let fault_began = std::time::Instant::now();
     let during = join_all((0..20).map(|i| {
         let (app, ev) = (&app, &ev);
         async move { app.enter(ev, &format!("during{i}")).await }
     }))
     .await;
+    // A failed wait answers for every number taken before it: the 20 do not queue behind one
+    // wait (1 s here) each, which would take 20 s.
+    assert!(
+        fault_began.elapsed() < Duration::from_secs(5),
+        "20 enters during the fault took {:?}",
+        fault_began.elapsed()
+    );
     let mut answered = Vec::new();
     let mut refused = 0;
     for r in during {
