@@ -12,10 +12,10 @@
 -- Refresh-safe: entering again never moves anyone back while their place holds.
 local old, n = tonumber(ARGV[1]), tonumber(ARGV[2])
 local now, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
-local s = standing(old, now, ttl)
+local s, b = standing(old, now, ttl)
 if s[1] ~= 2 then
   if n ~= old then
-    drop(n)
+    drop(n, b)
   end
   return {1, s[1], s[2]}
 end

@@ -11,9 +11,8 @@
 -- ARGV[6]  the records' period, ms (the poll refresh): a poll rewrites its record once per period
 -- Returns  {0, position} waiting, {1, admitted at ms} admitted and live, {2, 0} gone
 local n, now = tonumber(ARGV[1]), tonumber(ARGV[2])
-local s = standing(n, now, tonumber(ARGV[3]))
+local s, b = standing(n, now, tonumber(ARGV[3]))
 if s[1] == 0 and ARGV[4] ~= 'check' then
-  local b = line_figures()
   if n - b < tonumber(ARGV[5]) then
     local period = math.floor(now / tonumber(ARGV[6]))
     local polled, age = record_at(records(n, n), n, n, period)

@@ -58,6 +58,8 @@ local take = math.max(0, math.min(budget, capacity - active))
 -- likelier not reaching the service than all gone; people who have polled are then held to the
 -- longer bound. Entries that never polled neither count nor are covered.
 local suspended = 0
+-- The guard's reads of the first 1,024 numbers serve the first chunk below too.
+local first_bytes, first_recs = nil, nil
 if ARGV[12] ~= '' then
   suspended = tonumber(ARGV[12])
   if suspended == 1 then
@@ -67,6 +69,7 @@ elseif seq >= b then
   local last = math.min(b + 1023, seq)
   local recs = records(b, last)
   local bytes = redis.call('GETRANGE', KEYS[2], math.floor(b / 8), math.floor(last / 8))
+  first_bytes, first_recs = bytes, recs
   local polled, recent = 0, 0
   for n = b, last do
     local p, age = record_at(recs, b, n, period)
@@ -102,7 +105,11 @@ local crossings = nil
 local j = 1
 while (#admit < take or judged < probe) and x <= seq do
   local last = math.min(x + CHUNK - 1, seq)
-  local bytes = redis.call('GETRANGE', KEYS[2], math.floor(x / 8), math.floor(last / 8))
+  local bytes, recs = first_bytes, first_recs
+  if x ~= b or not bytes then
+    bytes = redis.call('GETRANGE', KEYS[2], math.floor(x / 8), math.floor(last / 8))
+    recs = nil
+  end
   local cands = {}
   for n = x, last do
     if not departed_in(bytes, x, n) then
@@ -110,7 +117,7 @@ while (#admit < take or judged < probe) and x <= seq do
     end
   end
   if #cands > 0 then
-    local recs = records(x, last)
+    recs = recs or records(x, last)
     for _, n in ipairs(cands) do
       judged = judged + 1
       local polled, age = record_at(recs, x, n, period)

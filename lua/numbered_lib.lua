@@ -178,32 +178,32 @@ local function admitted_at(n)
 end
 
 -- Where number n stands: {0, position} waiting, {1, admitted at ms} admitted and live,
--- {2, 0} gone (left, abandoned, session over or lapsed, or never handed out).
+-- {2, 0} gone (left, abandoned, session over or lapsed, or never handed out); and the boundary
+-- it was read against, so a caller needs no second read of the line's figures.
 local function standing(n, now, ttl)
   local b, e, gb = line_figures()
   if n < 1 or n > (tonumber(redis.call('GET', KEYS[6])) or 0) then
-    return {2, 0}
+    return {2, 0}, b
   end
   if redis.call('GETBIT', KEYS[2], n) == 1 then
-    return {2, 0}
+    return {2, 0}, b
   end
   if n >= b then
-    return {0, n - b + 1 - (departed_below(n) - gb)}
+    return {0, n - b + 1 - (departed_below(n) - gb)}, b
   end
   if n < e or redis.call('GETBIT', KEYS[3], n) == 1 then
-    return {2, 0}
+    return {2, 0}, b
   end
   local at = admitted_at(n)
   if not at or at + ttl <= now then
-    return {2, 0}
+    return {2, 0}, b
   end
-  return {1, at}
+  return {1, at}, b
 end
 
 -- A number that waits nowhere (a re-entry's spare): departed while waiting, ended if a tick
--- already admitted it (a departure below the boundary would shift the positions' base).
-local function drop(n)
-  local b = line_figures()
+-- already admitted it (a departure below the boundary `b` would shift the positions' base).
+local function drop(n, b)
   if n >= b then
     depart({n})
   else

@@ -1042,13 +1042,15 @@ impl Queue {
             .ok_or(QueueError::UnknownEvent)
     }
 
-    /// Live figures of an event, read from every shard.
+    /// Live figures of an event, read from every shard (a numbered line: from its figures,
+    /// one script; it has no per-shard sets).
     pub async fn stats(
         &self,
         event: &EventId,
         cfg: &EventConfig,
     ) -> Result<EventStats, QueueError> {
-        let per_shard = (0..cfg.shards as usize).map(|i| {
+        let numbered = cfg.line_form == LineForm::Numbered;
+        let per_shard = (0..cfg.shards as usize).filter(|_| !numbered).map(|i| {
             let mut conn = self.store.conn();
             let k = self.shard_keys(cfg, i);
             async move {
@@ -1075,10 +1077,20 @@ impl Queue {
             StrategyKind::Hybrid => mode.unwrap_or_else(|| StrategyKind::Timestamp.to_string()),
             s => s.to_string(),
         };
-        let stats = EventStats {
-            waiting: shards.iter().map(|s| s.0).sum(),
-            active: shards.iter().map(|s| s.1).sum(),
-            admitted_total: shards.iter().map(|s| s.2.unwrap_or(0)).sum(),
+        let (waiting, active, admitted_total) = if numbered {
+            self.numbered_figures(&self.store.keys().numbered(event.as_str()), cfg)
+                .await?
+        } else {
+            (
+                shards.iter().map(|s| s.0).sum(),
+                shards.iter().map(|s| s.1).sum(),
+                shards.iter().map(|s| s.2.unwrap_or(0)).sum(),
+            )
+        };
+        Ok(EventStats {
+            waiting,
+            active,
+            admitted_total,
             shards: shards
                 .iter()
                 .enumerate()
@@ -1093,13 +1105,7 @@ impl Queue {
             admission_leader: leader,
             measured_admit_per_second: rate,
             measured_position_error: error.and_then(|e| e.parse().ok()),
-        };
-        if cfg.line_form == LineForm::Numbered {
-            let ev = self.events.get(&mut conn, event).await?;
-            let figures = self.numbered_figures(&ev).await?;
-            return Ok(Self::numbered_stats(figures, stats));
-        }
-        Ok(stats)
+        })
     }
 
     /// Quarantines any key of the event's shards that holds the wrong type, so that the next

@@ -18,8 +18,9 @@ use redis::RedisError;
 use waitroom_strategies::StrategyKind;
 
 use super::event::{Event, EventConfig};
-use super::{horizon, now_ms, seen_refresh_ms, EventStats, Queue, QueueError, Standing};
+use super::{horizon, now_ms, seen_refresh_ms, Queue, QueueError, Standing};
 use crate::ids::Ticket;
+use crate::redis::keys::NumberedKeys;
 use crate::redis::scripts::with_numbered_keys;
 
 /// A standing script's reply: `{kind, value}` (lua/nl_status.lua).
@@ -84,8 +85,12 @@ impl Durable {
         }
     }
 
+    /// The counter's state; its key is copied only the first time (an enter calls this).
     fn counter(&self, seq: &str) -> Arc<Counter> {
         let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = events.get(seq) {
+            return c.clone();
+        }
         events.entry(seq.to_owned()).or_default().clone()
     }
 }
@@ -344,23 +349,15 @@ impl Queue {
     }
 
     /// Waiting, active and admitted of a numbered line (`lua/nl_figures.lua`).
-    pub(super) async fn numbered_figures(&self, ev: &Event) -> Result<(u64, u64, u64), QueueError> {
-        Ok(
-            with_numbered_keys(&self.store.scripts().nl_figures, &ev.numbered)
-                .arg(now_ms())
-                .arg(ev.config.active_ttl_seconds * 1000)
-                .invoke_async(&mut self.store.conn())
-                .await?,
-        )
-    }
-
-    /// [`Queue::stats`] of a numbered line: its figures; no shards of its own to list.
-    pub(super) fn numbered_stats(figures: (u64, u64, u64), mut stats: EventStats) -> EventStats {
-        let (waiting, active, admitted) = figures;
-        stats.waiting = waiting;
-        stats.active = active;
-        stats.admitted_total = admitted;
-        stats.shards = Vec::new();
-        stats
+    pub(super) async fn numbered_figures(
+        &self,
+        keys: &NumberedKeys,
+        cfg: &EventConfig,
+    ) -> Result<(u64, u64, u64), QueueError> {
+        Ok(with_numbered_keys(&self.store.scripts().nl_figures, keys)
+            .arg(now_ms())
+            .arg(cfg.active_ttl_seconds * 1000)
+            .invoke_async(&mut self.store.conn())
+            .await?)
     }
 }
