@@ -9,11 +9,18 @@
 --          that records nothing (a hold's session check)
 -- ARGV[5]  the horizon: only numbers within this many of the boundary keep a record
 -- ARGV[6]  the records' period, ms (the poll refresh): a poll rewrites its record once per period
--- Returns  {0, position} waiting, {1, admitted at ms} admitted and live, {2, 0} gone
+-- Returns  {0, position, recorded} waiting, {1, admitted at ms, 0} admitted and live, {2, 0, 0}
+--          gone; recorded is 1 when a poll's record is current for this period (written now or
+--          earlier in it), so the instance may skip the script for its polls until the next
+--          period (src/queue/snapshot.rs)
 local n, now = tonumber(ARGV[1]), tonumber(ARGV[2])
 local s, b = standing(n, now, tonumber(ARGV[3]))
+s[3] = 0
 if s[1] == 0 and ARGV[4] ~= 'check' then
   if n - b < tonumber(ARGV[5]) then
+    if ARGV[4] == 'poll' then
+      s[3] = 1
+    end
     local period = math.floor(now / tonumber(ARGV[6]))
     local polled, age = record_at(records(n, n), n, n, period)
     if ARGV[4] == 'enter' then

@@ -215,6 +215,16 @@ pub struct RedisConfig {
         default_value_t = 1 << 20
     )]
     pub score_cache_entries: usize,
+    /// How long (ms) each instance computes a numbered line's waiting positions from the
+    /// figures it last read (one script per event per this long, instead of one per poll far
+    /// from the front); a position is then exact as of that read. 0: every poll runs its
+    /// script (docs/numbered-line.md, "Polls without a round trip").
+    #[arg(
+        long = "numbered-snapshot-ms",
+        env = "WAITROOM_NUMBERED_SNAPSHOT_MS",
+        default_value_t = 100
+    )]
+    pub numbered_snapshot_ms: u64,
     /// Password for Redis AUTH (ElastiCache's AUTH token), unless the node URLs carry one.
     #[arg(
         id = "redis_password",

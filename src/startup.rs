@@ -65,7 +65,8 @@ impl Services {
         let queue = Arc::new(
             Queue::new(store.clone(), Signer::new(token_secret))
                 .with_score_cache(config.redis.score_cache_entries)
-                .with_number_durability(replicas, wait),
+                .with_number_durability(replicas, wait)
+                .with_numbered_snapshot(Duration::from_millis(config.redis.numbered_snapshot_ms)),
         );
         let db = PgPoolOptions::new()
             .max_connections(config.db.connections)

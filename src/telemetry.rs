@@ -53,9 +53,14 @@ pub const COUNTER_GAPS_LOST: &str = "waitroom_counter_gaps_lost_total";
 /// Enters of a numbered line answered 503 because their arrival number did not reach the
 /// counter primary's replicas within the wait (`Durable` in src/queue/numbered.rs).
 pub const NUMBERS_NOT_REPLICATED: &str = "waitroom_numbers_not_replicated_total";
+/// Reads of a numbered line's figures for positions computed in this instance
+/// (`lua/nl_snapshot.lua`, at most one per `WAITROOM_NUMBERED_SNAPSHOT_MS` per event and
+/// instance, fewer while nobody polls).
+pub const LINE_FIGURES_READS: &str = "waitroom_line_figures_reads_total";
 /// Redis commands one poll of a waiting person sent to find its position (round trips, counted
 /// where they are sent; the occasional record of the poll is not one of them), by the
-/// `strategy` that computed the position.
+/// `strategy` that computed the position; 0 for a numbered line's position computed from the
+/// figures this instance holds (src/queue/snapshot.rs).
 pub const COMMANDS_PER_POLL: &str = "waitroom_redis_commands_per_poll";
 /// Redis commands sent by admission ticks, by `event`; divide by `waitroom_admitted_total`
 /// for commands per admitted person.
@@ -195,7 +200,7 @@ pub fn metrics_handle() -> PrometheusHandle {
                 .expect("valid buckets")
                 .set_buckets_for_metric(
                     Matcher::Full(COMMANDS_PER_POLL.to_owned()),
-                    &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0],
+                    &[0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0],
                 )
                 .expect("valid buckets")
                 .set_buckets_for_metric(

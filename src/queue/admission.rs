@@ -437,21 +437,30 @@ impl EventAdmission {
             steps += 1;
             let step = left.min(NUMBERED_STEP);
             let op = format!("{}:{}:{steps}", self.run_id, self.ticks);
-            let reply: NumberedTick = with_numbered_keys(&store.scripts().nl_tick, &keys)
-                .arg(step)
-                .arg(cfg.active_capacity)
-                .arg(now_ms)
-                .arg(cfg.active_ttl_seconds * 1000)
-                .arg(abandon_before)
-                .arg(abandon_before)
-                .arg(guarded_bound(now_ms, cfg))
-                .arg(super::numbered::numbered_horizon(cfg))
-                .arg(&fence)
-                .arg(op)
-                .arg(seen_refresh_ms(cfg).max(1))
-                .arg(&guard)
-                .invoke_async(&mut store.conn())
-                .await?;
+            let reply: Result<NumberedTick, _> =
+                with_numbered_keys(&store.scripts().nl_tick, &keys)
+                    .arg(step)
+                    .arg(cfg.active_capacity)
+                    .arg(now_ms)
+                    .arg(cfg.active_ttl_seconds * 1000)
+                    .arg(abandon_before)
+                    .arg(abandon_before)
+                    .arg(guarded_bound(now_ms, cfg))
+                    .arg(super::numbered::numbered_horizon(cfg))
+                    .arg(&fence)
+                    .arg(op)
+                    .arg(seen_refresh_ms(cfg).max(1))
+                    .arg(&guard)
+                    .invoke_async(&mut store.conn())
+                    .await;
+            let reply = match reply {
+                Ok(r) => r,
+                Err(e) => {
+                    // Earlier steps may have moved the boundary.
+                    self.queue.numbered_changed(&keys.line);
+                    return Err(e.into());
+                }
+            };
             guard = reply.5.to_string();
             admitted += reply.0;
             abandoned += reply.1;
@@ -461,6 +470,10 @@ impl EventAdmission {
             }
             left -= step;
         };
+        if admitted + abandoned > 0 {
+            // This instance's next positions read the moved line afresh.
+            self.queue.numbered_changed(&keys.line);
+        }
         let (_, _, active, waiting, status, suspended, _boundary) = reply;
         if status == 1 {
             metrics::counter!(telemetry::ADMISSION_FENCED, "event" => self.event.to_string())

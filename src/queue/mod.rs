@@ -14,6 +14,7 @@ pub mod admission;
 pub mod event;
 mod numbered;
 pub mod scores;
+pub mod snapshot;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -146,6 +147,11 @@ pub struct Queue {
     scores: scores::ScoreCache,
     /// Numbered lines' counters: how far each is known to be on a replica.
     numbers: numbered::Durable,
+    /// Numbered lines' tickets: each one's number as this instance last found it, and the
+    /// period its last-seen record is current for.
+    places: scores::ScoreCache<numbered::Place>,
+    /// Numbered lines' figures as this instance last read them (positions without a command).
+    snapshots: snapshot::Snapshots,
 }
 
 impl Queue {
@@ -158,7 +164,22 @@ impl Queue {
             clock: ArrivalClock::default(),
             scores: scores::ScoreCache::new(scores::DEFAULT_ENTRIES),
             numbers: numbered::Durable::new(0, std::time::Duration::ZERO),
+            places: scores::ScoreCache::new(scores::DEFAULT_ENTRIES),
+            snapshots: snapshot::Snapshots::new(snapshot::DEFAULT_AGE),
         }
+    }
+
+    /// This queue computing a numbered line's positions from figures at most `age` old when it
+    /// can (zero: every poll runs its script). See [`snapshot`].
+    pub fn with_numbered_snapshot(mut self, age: std::time::Duration) -> Self {
+        self.snapshots = snapshot::Snapshots::new(age);
+        self
+    }
+
+    /// This instance just changed numbered line `line` (a tick, a leave): its next positions
+    /// are read afresh.
+    pub(crate) fn numbered_changed(&self, line: &str) {
+        self.snapshots.changed(line);
     }
 
     /// This queue using a numbered line's arrival number only once `replicas` replicas of the
@@ -174,6 +195,7 @@ impl Queue {
     /// position then takes two round trips). See [`scores`].
     pub fn with_score_cache(mut self, entries: usize) -> Self {
         self.scores = scores::ScoreCache::new(entries);
+        self.places = scores::ScoreCache::new(entries);
         self
     }
 
@@ -298,21 +320,21 @@ impl Queue {
             Standing::Waiting {
                 position,
                 strategy: StrategyKind::Statistical,
-                reads,
+                commands,
             } => Standing::Waiting {
                 position: statistical::steady(position, last, ev.config.hybrid_max_error),
                 strategy: StrategyKind::Statistical,
-                reads,
+                commands,
             },
             other => other,
         };
         if let Standing::Waiting {
-            strategy, reads, ..
+            strategy, commands, ..
         } = standing
         {
             ev.metrics
                 .commands_per_poll(strategy)
-                .record(f64::from(1 + reads));
+                .record(f64::from(commands));
             if ev.sold_out {
                 return Ok(self.view(event, &ev, *ticket, Standing::SoldOut));
             }
@@ -743,7 +765,7 @@ impl Queue {
         Ok(Standing::Waiting {
             position,
             strategy,
-            reads,
+            commands: 1 + reads,
         })
     }
 
@@ -1162,8 +1184,9 @@ enum Standing {
     Waiting {
         position: u64,
         strategy: StrategyKind,
-        /// Redis commands read beyond the own shard's script.
-        reads: u32,
+        /// Redis commands sent to find the position (the own shard's script included; 0 for a
+        /// numbered line's position computed from figures this instance holds).
+        commands: u32,
     },
     Admitted {
         admitted_at_ms: u64,

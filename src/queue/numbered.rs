@@ -4,41 +4,59 @@
 //! number with prefix sums per block; admission advances a boundary. A position is arithmetic
 //! on those figures: exact, a few commands whatever the line's size (`lua/numbered_lib.lua`).
 //!
-//! Round trips: an enter takes a number, waits until a replica holds it ([`Durable`]; shared
-//! by the enters arriving together), then writes the index and reads the standing in one round
-//! (a re-entry adds one or two); a poll reads the index, then the standing, or both in one
-//! round when this instance remembers the ticket's number.
+//! Round trips: an enter takes a number on a replica ([`Durable`]: one round trip shared by the
+//! enters arriving together), then writes the index and, near the front, reads the standing in
+//! the same round (a re-entry adds one or two); far from the front the position comes from the
+//! line's figures this instance holds (src/queue/snapshot.rs). A poll of a ticket this instance
+//! remembers costs no command far from the front, one script near it; else the index read
+//! first.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::RedisError;
+use tokio::sync::oneshot;
 use waitroom_strategies::StrategyKind;
 
 use super::event::{Event, EventConfig};
+use super::snapshot::LineFigures;
 use super::{horizon, now_ms, seen_refresh_ms, Queue, QueueError, Standing};
 use crate::ids::Ticket;
 use crate::redis::keys::NumberedKeys;
 use crate::redis::scripts::with_numbered_keys;
+use crate::redis::store::Store;
 
-/// A standing script's reply: `{kind, value}` (lua/nl_status.lua).
-type Reply = (i64, i64);
+/// A standing script's reply: `{kind, value, recorded}` (lua/nl_status.lua).
+type Reply = (i64, i64, i64);
 
-/// The standing a numbered script reported.
-fn standing(kind: i64, value: i64) -> Result<Standing, QueueError> {
+/// The standing a numbered script reported, found with `commands` Redis commands (counted
+/// for polls in `waitroom_redis_commands_per_poll`; an enter's count is not recorded).
+fn standing(kind: i64, value: i64, commands: u32) -> Result<Standing, QueueError> {
     match kind {
-        0 => Ok(Standing::Waiting {
-            position: value.max(1) as u64,
-            strategy: StrategyKind::GlobalCounter,
-            reads: 0,
-        }),
+        0 => Ok(waiting(value.max(1) as u64, commands)),
         1 => Ok(Standing::Admitted {
             admitted_at_ms: value.max(0) as u64,
         }),
         _ => Err(QueueError::UnknownTicket),
     }
+}
+
+fn waiting(position: u64, commands: u32) -> Standing {
+    Standing::Waiting {
+        position,
+        strategy: StrategyKind::GlobalCounter,
+        commands,
+    }
+}
+
+/// A numbered line's ticket as this instance last found it: its number, and the period its
+/// last-seen record is current for plus one (0: none known).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Place {
+    n: u64,
+    recorded: u64,
 }
 
 /// The horizon of a numbered line, in numbers: the sorted line's horizon per shard times the
@@ -47,33 +65,45 @@ pub(super) fn numbered_horizon(cfg: &EventConfig) -> u64 {
     horizon(cfg).saturating_mul(u64::from(cfg.shards.max(1)))
 }
 
-/// How far each numbered line's counter is known to be on its replicas, and the one `WAIT` at a
-/// time that moves it (a group commit).
+/// Numbered lines' arrival numbers, handed out in batches: the enters that arrive while one
+/// batch is on its way wait for the next, which takes as many numbers as they are in one
+/// `INCRBY` (in arrival order at this instance) and makes them durable in the same round trip.
 ///
 /// Redis replicates asynchronously: a failover of the counter's primary can promote a replica
 /// whose counter is behind numbers already handed out, and the next enters would get them again
 /// (two people, one number, one place; docs/numbered-line.md, "Risks"). So a number is used only
-/// once a replica holds the counter at or past it. One `WAIT` answers for every number the
-/// counter had given when it ran ([`crate::redis::RedisConn::wait_replicated_reading`]: a probe
-/// write, a `GET` of the counter and the `WAIT`, on the connection kept for waits), so enters
-/// arriving together share it: each waits for at most the one running and the next.
+/// once a replica holds it: with replicas configured, the `INCRBY` goes out on the connection
+/// kept for waits, in one pipeline with a probe write and a `WAIT`
+/// ([`crate::redis::RedisConn::wait_replicated_reading`]); when the `WAIT` falls short, every
+/// enter of the batch answers 503 and its numbers are never used (dead numbers, found at the
+/// front like people who never polled). One round trip per batch instead of an `INCR` per enter
+/// and a `WAIT` shared by the enters arriving together.
+///
+/// The batch runs in a task of its own, so an enter given up by its client (a dropped request)
+/// does not take the others' numbers with it.
 pub(crate) struct Durable {
     replicas: u32,
     wait: Duration,
     events: Mutex<HashMap<String, Arc<Counter>>>,
 }
 
-/// One counter's state in [`Durable`].
+/// Where one enter's number is sent.
+type Waiter = oneshot::Sender<Result<u64, Shortfall>>;
+
+/// Why a batch handed out no numbers.
+enum Shortfall {
+    /// The numbers did not reach the replicas in time.
+    NotReplicated,
+    /// Redis failed: the error's kind and text (a `RedisError` is not `Clone`).
+    Redis(redis::ErrorKind, String),
+}
+
+/// One counter's enters waiting for a number.
 #[derive(Default)]
 struct Counter {
-    /// Every number up to this one is on `replicas` replicas.
-    upto: AtomicU64,
-    /// `WAIT`s started so far (their ids: 1, 2, …).
-    started: AtomicU64,
-    /// The id of the last `WAIT` that did not confirm its numbers (0: none).
-    failed: AtomicU64,
-    /// Held while this counter's `WAIT` runs.
-    running: tokio::sync::Mutex<()>,
+    waiting: Mutex<Vec<Waiter>>,
+    /// True while a task hands out numbers for this counter.
+    running: AtomicBool,
 }
 
 impl Durable {
@@ -93,6 +123,70 @@ impl Durable {
         }
         events.entry(seq.to_owned()).or_default().clone()
     }
+}
+
+/// Hands out numbers of counter `seq` to the enters waiting on `counter`, batch after batch,
+/// until none waits.
+async fn hand_out(
+    store: Arc<Store>,
+    counter: Arc<Counter>,
+    seq: String,
+    probe: String,
+    replicas: u32,
+    wait: Duration,
+) {
+    loop {
+        let batch = std::mem::take(&mut *counter.waiting.lock().unwrap_or_else(|p| p.into_inner()));
+        if batch.is_empty() {
+            counter.running.store(false, Ordering::Release);
+            // An enter may have queued after the take and seen this task still running.
+            if counter
+                .waiting
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_empty()
+                || counter.running.swap(true, Ordering::AcqRel)
+            {
+                return;
+            }
+            continue;
+        }
+        let k = batch.len() as u64;
+        let mut take = redis::cmd("INCRBY");
+        take.arg(&seq).arg(k);
+        let taken: Result<u64, Shortfall> = if replicas == 0 {
+            take.query_async(&mut store.conn()).await.map_err(shortfall)
+        } else {
+            match store
+                .waits()
+                .wait_replicated_reading(&probe, take, replicas, wait.as_millis() as u64)
+                .await
+            {
+                Ok((Some(top), acked)) if acked >= replicas => top.parse::<u64>().map_err(|_| {
+                    Shortfall::Redis(redis::ErrorKind::Client, format!("counter {top}"))
+                }),
+                Ok((top, acked)) => {
+                    tracing::warn!(counter = %seq, top = ?top, acked, numbers = k,
+                        "a numbered line's arrival numbers did not reach the replicas in time; not used");
+                    Err(Shortfall::NotReplicated)
+                }
+                Err(e) => Err(shortfall(e)),
+            }
+        };
+        for (i, waiter) in batch.into_iter().enumerate() {
+            let answer = match &taken {
+                Ok(top) => Ok(top - k + 1 + i as u64),
+                Err(Shortfall::NotReplicated) => Err(Shortfall::NotReplicated),
+                Err(Shortfall::Redis(kind, text)) => Err(Shortfall::Redis(*kind, text.clone())),
+            };
+            // An enter given up meanwhile leaves its number unused (a dead number).
+            let _ = waiter.send(answer);
+        }
+    }
+}
+
+fn shortfall(e: RedisError) -> Shortfall {
+    Shortfall::Redis(e.kind(), e.to_string())
 }
 
 /// The answer to an enter whose number did not reach the replicas (503), counted.
@@ -132,67 +226,52 @@ impl Queue {
         self.store.keys().index_bucket(tag, bucket)
     }
 
-    /// Returns once number `n` of the counter `seq` is on the configured replicas; an error
-    /// (answered 503) when they did not take it within the wait, or when the node that answered
-    /// has a counter below `n` (a failover took the number with the old primary).
-    async fn durable(&self, ev: &Event, n: u64) -> Result<(), QueueError> {
+    /// An arrival number for one enter of `ev`, on the configured replicas (see [`Durable`]).
+    async fn take_number(&self, ev: &Event) -> Result<u64, QueueError> {
         let d = &self.numbers;
-        if d.replicas == 0 {
-            return Ok(());
-        }
         let seq = &ev.numbered.seq;
         let counter = d.counter(seq);
-        if counter.upto.load(Ordering::Acquire) >= n {
-            return Ok(());
-        }
-        let asked = counter.started.load(Ordering::Acquire);
-        let _running = counter.running.lock().await;
-        // The WAIT that ran meanwhile may cover this number already; one that started after
-        // this number was taken and failed failed for it too: answered at once, so a replica
-        // outage does not queue every enter behind a wait of its own.
-        if counter.upto.load(Ordering::Acquire) >= n {
-            return Ok(());
-        }
-        if counter.failed.load(Ordering::Acquire) > asked {
-            return Err(not_replicated());
-        }
-        let attempt = counter.started.fetch_add(1, Ordering::AcqRel) + 1;
-        let mut read = redis::cmd("GET");
-        read.arg(seq);
-        let waited = self
-            .store
-            .waits()
-            .wait_replicated_reading(
-                &format!("{}:replicated", ev.numbered.line),
-                read,
+        let (tx, rx) = oneshot::channel();
+        counter
+            .waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(tx);
+        if !counter.running.swap(true, Ordering::AcqRel) {
+            tokio::spawn(hand_out(
+                self.store.clone(),
+                counter,
+                seq.clone(),
+                format!("{}:replicated", ev.numbered.line),
                 d.replicas,
-                d.wait.as_millis() as u64,
-            )
-            .await;
-        let (value, acked) = match waited {
-            Ok(w) => w,
-            Err(e) => {
-                counter.failed.fetch_max(attempt, Ordering::AcqRel);
-                return Err(e.into());
-            }
-        };
-        let held = value.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        if acked >= d.replicas && held >= n {
-            counter.upto.fetch_max(held, Ordering::AcqRel);
-            return Ok(());
+                d.wait,
+            ));
         }
-        counter.failed.fetch_max(attempt, Ordering::AcqRel);
-        tracing::warn!(event = %ev.id, number = n, counter = held, acked,
-            "a numbered line's arrival number did not reach the replicas in time; not used");
-        Err(not_replicated())
+        match rx.await {
+            Ok(Ok(n)) => Ok(n),
+            Ok(Err(Shortfall::NotReplicated)) => Err(not_replicated()),
+            Ok(Err(Shortfall::Redis(kind, text))) => {
+                Err(RedisError::from((kind, "handing out arrival numbers", text)).into())
+            }
+            Err(_) => Err(QueueError::Redis(RedisError::from((
+                redis::ErrorKind::Io,
+                "the task handing out arrival numbers ended",
+            )))),
+        }
     }
 
     /// Where number `n` stands (`lua/nl_status.lua`).
-    async fn number_standing(&self, ev: &Event, n: u64, mode: Mode) -> Result<Reply, RedisError> {
+    async fn number_standing(
+        &self,
+        ev: &Event,
+        n: u64,
+        mode: Mode,
+        now: u64,
+    ) -> Result<Reply, RedisError> {
         let cfg = &ev.config;
         with_numbered_keys(&self.store.scripts().nl_status, &ev.numbered)
             .arg(n)
-            .arg(now_ms())
+            .arg(now)
             .arg(cfg.active_ttl_seconds * 1000)
             .arg(mode.as_str())
             .arg(numbered_horizon(cfg))
@@ -219,6 +298,20 @@ impl Queue {
         n: u64,
         expect: Option<u64>,
     ) -> Result<u64, RedisError> {
+        if expect.is_none() {
+            // Plain commands for the common case (a first enter): cheaper than a script.
+            let (_, held): (i64, u64) = redis::pipe()
+                .cmd("HSETNX")
+                .arg(index)
+                .arg(member)
+                .arg(n)
+                .cmd("HGET")
+                .arg(index)
+                .arg(member)
+                .query_async(&mut self.store.conn())
+                .await?;
+            return Ok(held);
+        }
         self.store
             .scripts()
             .nl_index
@@ -230,10 +323,46 @@ impl Queue {
             .await
     }
 
+    /// Number `n`'s position from the figures this instance holds (reading them when stale),
+    /// or `None` when they cannot tell or a script has to run anyway: `n` near the front with
+    /// its last-seen record not current for `period` (`recorded`: see [`Place`]), `n` not
+    /// waiting as read, or the figures not at hand (src/queue/snapshot.rs).
+    async fn position_from_figures(&self, ev: &Event, place: Place, period: u64) -> Option<u64> {
+        let figures = self
+            .snapshots
+            .figures(&ev.numbered.line, || async {
+                metrics::counter!(crate::telemetry::LINE_FIGURES_READS).increment(1);
+                let reply: Vec<redis::Value> =
+                    with_numbered_keys(&self.store.scripts().nl_snapshot, &ev.numbered)
+                        .invoke_async(&mut self.store.conn())
+                        .await
+                        .ok()?;
+                let figures = LineFigures::from_reply(reply);
+                if figures.is_none() {
+                    tracing::warn!(event = %ev.id, "a numbered line's figures could not be read");
+                }
+                figures
+            })
+            .await?;
+        let position = figures.position(place.n)?;
+        let near = place.n.saturating_sub(figures.b) < numbered_horizon(&ev.config);
+        if near && place.recorded != period + 1 {
+            return None;
+        }
+        Some(position)
+    }
+
+    /// Remembers where `ticket` stands after a standing script's reply at `period`.
+    fn remember(&self, ticket: &Ticket, n: u64, reply: Reply, period: u64) {
+        let recorded = if reply.2 == 1 { period + 1 } else { 0 };
+        self.places.put(ticket, Place { n, recorded });
+    }
+
     /// Enters `ticket` into a numbered line: a number from the counter, then the index write
-    /// and the number's standing in one round. A re-entry whose place holds keeps it and the
-    /// new number is dropped (`lua/nl_reenter.lua`); one whose place is gone (left, lapsed)
-    /// takes the new number at the back.
+    /// and the number's standing in one round (the standing from the figures this instance
+    /// holds, when far from the front). A re-entry whose place holds keeps it and the new
+    /// number is dropped (`lua/nl_reenter.lua`); one whose place is gone (left, lapsed) takes
+    /// the new number at the back.
     pub(super) async fn enter_numbered(
         &self,
         ev: &Event,
@@ -242,24 +371,33 @@ impl Queue {
         let cfg = &ev.config;
         let member = cfg.member(ticket);
         let index = self.index_key(cfg, &member);
-        let n: u64 = redis::cmd("INCR")
-            .arg(&ev.numbered.seq)
-            .query_async(&mut self.store.conn())
-            .await?;
-        // Not used before a replica has it: a failover must not hand it out again.
-        self.durable(ev, n).await?;
-        let (held, reply) = tokio::join!(
-            self.write_index(&index, &member, n, None),
-            self.number_standing(ev, n, Mode::Enter)
-        );
+        // On a replica before it is used: a failover must not hand it out again.
+        let n = self.take_number(ev).await?;
+        let now = now_ms();
+        let period = now / seen_refresh_ms(cfg).max(1);
+        // A new number far from the front needs no record: its position is arithmetic.
+        let entered = Place { n, recorded: 0 };
+        let (held, reply) = match self.position_from_figures(ev, entered, period).await {
+            Some(position) => (
+                self.write_index(&index, &member, n, None).await,
+                Ok((0, position as i64, 0)),
+            ),
+            None => {
+                tokio::join!(
+                    self.write_index(&index, &member, n, None),
+                    self.number_standing(ev, n, Mode::Enter, now)
+                )
+            }
+        };
         let mut held = held?;
         if held == n {
-            let (kind, value) = reply?;
-            self.scores.put(ticket, n as f64);
-            return standing(kind, value);
+            let (kind, value, _) = reply?;
+            self.places.put(ticket, entered);
+            return standing(kind, value, 1);
         }
         // Another number is in the index: this person entered before. Two rounds at most in
         // practice: a concurrent enter of the same ticket can write in between once.
+        self.snapshots.changed(&ev.numbered.line);
         for _ in 0..3 {
             let (keep, kind, value): (i64, i64, i64) =
                 with_numbered_keys(&self.store.scripts().nl_reenter, &ev.numbered)
@@ -270,13 +408,19 @@ impl Queue {
                     .invoke_async(&mut self.store.conn())
                     .await?;
             if keep == 1 {
-                self.scores.put(ticket, held as f64);
-                return standing(kind, value);
+                self.places.put(
+                    ticket,
+                    Place {
+                        n: held,
+                        recorded: 0,
+                    },
+                );
+                return standing(kind, value, 1);
             }
             let now_held = self.write_index(&index, &member, n, Some(held)).await?;
             if now_held == n {
-                self.scores.put(ticket, n as f64);
-                return standing(kind, value);
+                self.places.put(ticket, entered);
+                return standing(kind, value, 1);
             }
             held = now_held;
         }
@@ -286,8 +430,13 @@ impl Queue {
         ))))
     }
 
-    /// Where `ticket` stands on a numbered line. With the number this instance last saw for
-    /// the ticket, the index read and the standing go out in one round.
+    /// Where `ticket` stands on a numbered line. With the number this instance remembers for
+    /// the ticket: from the figures it holds when it can (no command), else the number's
+    /// script alone. The index is read only when this instance knows no number for the
+    /// ticket, or the one it knows is gone: a member's index entry changes only after its
+    /// number is gone (a re-entry whose place is gone; `enter_numbered`), and a gone number
+    /// never comes back (its departure or ended bit stays, `e` and the ticks only advance),
+    /// so a number whose script finds it waiting or admitted is still the ticket's.
     pub(super) async fn poll_numbered(
         &self,
         ev: &Event,
@@ -295,32 +444,41 @@ impl Queue {
         mode_check: bool,
     ) -> Result<Standing, QueueError> {
         let cfg = &ev.config;
+        let mode = if mode_check { Mode::Check } else { Mode::Poll };
+        let now = now_ms();
+        let period = now / seen_refresh_ms(cfg).max(1);
+        let mut known_gone = None;
+        if let Some(place) = self.places.get(ticket) {
+            if !mode_check {
+                if let Some(position) = self.position_from_figures(ev, place, period).await {
+                    return Ok(waiting(position, 0));
+                }
+            }
+            let reply = self.number_standing(ev, place.n, mode, now).await?;
+            if reply.0 != 2 {
+                self.remember(ticket, place.n, reply, period);
+                return standing(reply.0, reply.1, 1);
+            }
+            // Gone: the ticket may hold a newer number (it left or lapsed and entered again).
+            known_gone = Some(place.n);
+        }
         let member = cfg.member(ticket);
         let index = self.index_key(cfg, &member);
-        let mode = if mode_check { Mode::Check } else { Mode::Poll };
-        let guess = self.scores.get(ticket).map(|g| g as u64);
-        let (n, guessed) = match guess {
-            Some(g) => {
-                let (n, reply) = tokio::join!(
-                    self.number_of(&index, &member),
-                    self.number_standing(ev, g, mode)
-                );
-                (n?, Some((g, reply)))
-            }
-            None => (self.number_of(&index, &member).await?, None),
-        };
-        let Some(n) = n else {
-            self.scores.remove(ticket);
+        let Some(n) = self.number_of(&index, &member).await? else {
+            self.places.remove(ticket);
             return Err(QueueError::UnknownTicket);
         };
-        let (kind, value) = match guessed {
-            Some((g, reply)) if g == n => reply?,
-            _ => {
-                self.scores.put(ticket, n as f64);
-                self.number_standing(ev, n, mode).await?
-            }
-        };
-        standing(kind, value)
+        if known_gone == Some(n) {
+            self.places.remove(ticket);
+            return Err(QueueError::UnknownTicket);
+        }
+        let reply = self.number_standing(ev, n, mode, now).await?;
+        if reply.0 == 2 {
+            self.places.remove(ticket);
+        } else {
+            self.remember(ticket, n, reply, period);
+        }
+        standing(reply.0, reply.1, 2 + u32::from(known_gone.is_some()))
     }
 
     /// Takes `ticket` out of a numbered line, or ends its active session.
@@ -332,7 +490,7 @@ impl Queue {
         let cfg = &ev.config;
         let member = cfg.member(ticket);
         let index = self.index_key(cfg, &member);
-        self.scores.remove(ticket);
+        self.places.remove(ticket);
         let Some(n) = self.number_of(&index, &member).await? else {
             return Err(QueueError::UnknownTicket);
         };
@@ -342,6 +500,8 @@ impl Queue {
             .arg(cfg.active_ttl_seconds * 1000)
             .invoke_async(&mut self.store.conn())
             .await?;
+        // The positions behind it moved: this instance's next answers read them afresh.
+        self.snapshots.changed(&ev.numbered.line);
         if left == 0 {
             return Err(QueueError::UnknownTicket);
         }

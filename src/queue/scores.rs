@@ -28,13 +28,14 @@ pub const DEFAULT_ENTRIES: usize = 1 << 20;
 /// meet on a lock.
 const STRIPES: usize = 64;
 
-/// Tickets' last read scores, bounded.
-pub struct ScoreCache {
-    stripes: Vec<Mutex<HashMap<u128, f64>>>,
+/// Tickets' last read scores, bounded (or another small value per ticket: a numbered line's
+/// place, see `numbered.rs`).
+pub struct ScoreCache<V = f64> {
+    stripes: Vec<Mutex<HashMap<u128, V>>>,
     per_stripe: usize,
 }
 
-impl ScoreCache {
+impl<V: Copy> ScoreCache<V> {
     /// A cache of at most `entries` scores (0 turns it off: every lookup misses).
     pub fn new(entries: usize) -> Self {
         ScoreCache {
@@ -43,13 +44,13 @@ impl ScoreCache {
         }
     }
 
-    fn stripe(&self, key: u128) -> &Mutex<HashMap<u128, f64>> {
+    fn stripe(&self, key: u128) -> &Mutex<HashMap<u128, V>> {
         // Tickets are HMAC output: any bits are as good as a hash of them.
         &self.stripes[(key as usize) % STRIPES]
     }
 
     /// The score `ticket` last had, if remembered.
-    pub fn get(&self, ticket: &Ticket) -> Option<f64> {
+    pub fn get(&self, ticket: &Ticket) -> Option<V> {
         if self.per_stripe == 0 {
             return None;
         }
@@ -62,7 +63,7 @@ impl ScoreCache {
     }
 
     /// Remembers `score` for `ticket`.
-    pub fn put(&self, ticket: &Ticket, score: f64) {
+    pub fn put(&self, ticket: &Ticket, score: V) {
         if self.per_stripe == 0 {
             return;
         }
@@ -113,7 +114,7 @@ mod tests {
 
     #[test]
     fn remembers_the_last_score_put() {
-        let cache = ScoreCache::new(1000);
+        let cache: ScoreCache = ScoreCache::new(1000);
         assert_eq!(cache.get(&ticket(1)), None);
         cache.put(&ticket(1), 5.0);
         cache.put(&ticket(1), 7.0);
@@ -124,7 +125,7 @@ mod tests {
 
     #[test]
     fn never_holds_more_than_its_bound_and_keeps_taking_new_scores() {
-        let cache = ScoreCache::new(640);
+        let cache: ScoreCache = ScoreCache::new(640);
         for i in 0..10_000 {
             cache.put(&ticket(i), i as f64);
             assert_eq!(cache.get(&ticket(i)), Some(i as f64), "the newest is kept");
@@ -135,7 +136,7 @@ mod tests {
 
     #[test]
     fn a_removed_score_is_forgotten() {
-        let cache = ScoreCache::new(100);
+        let cache: ScoreCache = ScoreCache::new(100);
         cache.put(&ticket(1), 5.0);
         cache.put(&ticket(2), 6.0);
         cache.remove(&ticket(1));
@@ -145,7 +146,7 @@ mod tests {
 
     #[test]
     fn zero_entries_remembers_nothing() {
-        let cache = ScoreCache::new(0);
+        let cache: ScoreCache = ScoreCache::new(0);
         cache.put(&ticket(1), 1.0);
         assert_eq!(cache.get(&ticket(1)), None);
         assert!(cache.is_empty());

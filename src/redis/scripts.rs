@@ -60,6 +60,8 @@ pub struct Scripts {
     pub nl_tick: Script,
     /// See `lua/nl_figures.lua`.
     pub nl_figures: Script,
+    /// See `lua/nl_snapshot.lua`.
+    pub nl_snapshot: Script,
 }
 
 impl Scripts {
@@ -91,6 +93,7 @@ impl Scripts {
             nl_leave: numbered_script(include_str!("../../lua/nl_leave.lua")),
             nl_tick: numbered_script(include_str!("../../lua/nl_tick.lua")),
             nl_figures: numbered_script(include_str!("../../lua/nl_figures.lua")),
+            nl_snapshot: numbered_script(include_str!("../../lua/nl_snapshot.lua")),
         }
     }
 }
@@ -124,6 +127,7 @@ impl Scripts {
             &self.nl_leave,
             &self.nl_tick,
             &self.nl_figures,
+            &self.nl_snapshot,
         ] {
             s.load_async(conn).await?;
         }

@@ -504,3 +504,150 @@ async fn while_the_guard_holds_on_the_numbered_line_people_who_polled_keep_their
     )
     .await;
 }
+
+/// How many polls of `strategy` found their position without a Redis command (the
+/// commands-per-poll histogram's bucket `le="0"`).
+async fn polls_without_a_command(app: &TestApp) -> u64 {
+    let text = app.metrics().await;
+    let prefix = r#"waitroom_redis_commands_per_poll_bucket{strategy="global_counter",le="0"} "#;
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .map(|v| v.trim().parse::<u64>().unwrap())
+        .unwrap_or(0)
+}
+
+/// Polls every ticket through `app`; returns their positions in order (0: not waiting).
+async fn positions(app: &TestApp, ev: &str, tickets: &[String]) -> Vec<u64> {
+    let got = standings(app, ev, tickets).await;
+    tickets.iter().map(|t| got[t].1).collect()
+}
+
+/// The abandon time of the figures test's event: a record period is a quarter of it.
+const ABANDON_S: u64 = 600;
+
+/// Positions computed by the service from the line's figures (src/queue/snapshot.rs) are the
+/// scripts' exact positions: across a departure block's edge, for people near the front whose
+/// record is current and for people beyond the horizon, right after leaves through the same
+/// instance (however long it keeps figures), and within the figures' age after leaves through
+/// another instance.
+#[tokio::test]
+async fn positions_from_the_lines_figures_are_the_scripts_positions() {
+    let prefix = unique("t");
+    // Figures kept a minute: only this instance's own changes can make it read them again.
+    let a = spawn_app_with(|c| {
+        c.redis.key_prefix = prefix.clone();
+        c.redis.numbered_snapshot_ms = 60_000;
+    })
+    .await;
+    // The reference: an instance that runs the script for every poll.
+    let b = spawn_app_with(|c| {
+        c.redis.key_prefix = prefix.clone();
+        c.redis.numbered_snapshot_ms = 0;
+    })
+    .await;
+    // The default age.
+    let c = spawn_app_with(|c| c.redis.key_prefix = prefix.clone()).await;
+    let ev = unique("e");
+    // One shard: the horizon is 1,000 numbers from the boundary.
+    a.create_event(
+        &ev,
+        json!({"line_form": "numbered", "shards": 1, "admit_per_second": 0,
+               "abandon_after_seconds": ABANDON_S}),
+    )
+    .await;
+    // The line starts at number 65,001: its 1,300 people straddle the edge of departure blocks
+    // 1 and 2 (32,768 numbers each), and the last 300 are beyond the horizon.
+    let keys = a.keys.numbered(&ev);
+    let mut conn = a.redis.clone();
+    let () = redis::cmd("HSET")
+        .arg(&keys.line)
+        .arg("b")
+        .arg(65_001)
+        .arg("e")
+        .arg(65_001)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let () = redis::cmd("SET")
+        .arg(&keys.seq)
+        .arg(65_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut tickets = Vec::new();
+    for chunk in (0..1300).collect::<Vec<_>>().chunks(100) {
+        let entered = join_all(chunk.iter().map(|i| {
+            let (a, ev) = (&a, &ev);
+            async move { a.enter_ok(ev, &format!("u{i}")).await }
+        }))
+        .await;
+        for s in entered {
+            tickets.push((s["position"].as_u64().unwrap(), ticket_of(&s).await));
+        }
+    }
+    tickets.sort();
+    assert_eq!(
+        tickets.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+        (1..=1300).collect::<Vec<u64>>(),
+        "enters: one place each, no gap"
+    );
+    let mut line: Vec<String> = tickets.into_iter().map(|(_, t)| t).collect();
+    let expected = |n: usize| (1..=n as u64).collect::<Vec<u64>>();
+
+    // The first round records the people near the front; the second finds them from figures
+    // (unless a record period ended in between: then they record again).
+    let period = || waitroom::queue::now_ms() / (ABANDON_S * 1000 / 4);
+    let before = polls_without_a_command(&a).await;
+    let first_period = period();
+    assert_eq!(positions(&a, &ev, &line).await, expected(1300));
+    assert_eq!(positions(&a, &ev, &line).await, expected(1300));
+    let same_period = period() == first_period;
+    assert_eq!(positions(&b, &ev, &line).await, expected(1300));
+    let from_figures = polls_without_a_command(&a).await - before;
+    let beyond_horizon = 2 * 300;
+    assert!(
+        from_figures >= if same_period { 1300 + 300 } else { beyond_horizon },
+        "{from_figures} of 2,600 polls were answered from the figures (same period: {same_period})"
+    );
+
+    // Leaves through this instance, on both sides of the blocks' edge (numbers 65,536 on)
+    // and beyond the horizon: its next answers count them at once.
+    let leavers: Vec<usize> = (0..1300).filter(|i| i % 7 == 2).collect();
+    for &i in leavers.iter().rev() {
+        assert_eq!(
+            a.leave(&ev, &line[i]).await.status(),
+            StatusCode::NO_CONTENT
+        );
+        line.remove(i);
+    }
+    assert_eq!(positions(&a, &ev, &line).await, expected(line.len()));
+
+    // Leaves through the other instances: the reference counts them at once, an instance
+    // keeping figures for the default age within that age.
+    let leavers: Vec<usize> = (0..line.len()).filter(|i| i % 5 == 1).collect();
+    for &i in leavers.iter().rev() {
+        assert_eq!(
+            b.leave(&ev, &line[i]).await.status(),
+            StatusCode::NO_CONTENT
+        );
+        line.remove(i);
+    }
+    assert_eq!(positions(&b, &ev, &line).await, expected(line.len()));
+    positions(&c, &ev, &line).await;
+    eventually(
+        Duration::from_secs(5),
+        "the leaves elsewhere counted",
+        || {
+            let (c, ev, line) = (&c, &ev, &line);
+            async move { (positions(c, ev, line).await == expected(line.len())).then_some(()) }
+        },
+    )
+    .await;
+    let before = polls_without_a_command(&c).await;
+    assert_eq!(positions(&c, &ev, &line).await, expected(line.len()));
+    // Numbers 66,001 on (beyond the horizon) less the leavers among them: over 150.
+    assert!(
+        polls_without_a_command(&c).await - before >= 150,
+        "the people beyond the horizon, at least, were answered from the figures"
+    );
+}

@@ -1,0 +1,36 @@
+-- nl_snapshot.lua: the figures a service instance needs to compute waiting positions itself
+-- for a short while (src/queue/snapshot.rs): a poll far from the front then costs no command.
+-- Keys: see lua/numbered_lib.lua (prepended).
+--
+-- Returns {b, gb, t, m, counter, k0, p(k0), bytes(k0), p(k0 + 1), bytes(k0 + 1), …, p(m), bytes(m)}
+-- where k0 is the block of the boundary b, p(k) the departures before block k and bytes(k) the
+-- block's departure bits (BLOCK / 8 bytes, fewer at the bitmap's end), '' for a block with
+-- no departure. Blocks after m hold no departure: there, the departures below n are t.
+local f = redis.call('HMGET', KEYS[1], 'b', 'gb', 't', 'm')
+local b, gb = tonumber(f[1]) or 1, tonumber(f[2]) or 0
+local t, m = tonumber(f[3]) or 0, tonumber(f[4]) or -1
+local seq = tonumber(redis.call('GET', KEYS[6])) or 0
+local k0 = math.floor(b / BLOCK)
+local out = {b, gb, t, m, seq, k0}
+if k0 > m then
+  return out
+end
+local fields = {}
+for k = k0, m do
+  fields[#fields + 1] = 'p' .. k
+end
+local p = redis.call('HMGET', KEYS[1], unpack(fields))
+for k = k0, m do
+  local here = tonumber(p[k - k0 + 1]) or 0
+  local after = t
+  if k < m then
+    after = tonumber(p[k - k0 + 2]) or 0
+  end
+  out[#out + 1] = here
+  if after > here then
+    out[#out + 1] = redis.call('GETRANGE', KEYS[2], k * BLOCK / 8, (k + 1) * BLOCK / 8 - 1)
+  else
+    out[#out + 1] = ''
+  end
+end
+return out

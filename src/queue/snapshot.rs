@@ -1,0 +1,418 @@
+//! Numbered lines' figures as this instance last read them, so that a poll far from the front
+//! computes its position here and sends no command (docs/numbered-line.md, "Polls without a
+//! round trip").
+//!
+//! A waiting number's position is arithmetic on the line's figures: `n − b + 1` less the
+//! departures between the boundary `b` and `n` (`lua/numbered_lib.lua`). One script
+//! (`lua/nl_snapshot.lua`) reads the figures and the departure bits of every block from the
+//! boundary's on that hold a departure; each instance keeps that reply for at most the
+//! configured age (`WAITROOM_NUMBERED_SNAPSHOT_MS`, 100 ms by default) and answers the polls
+//! it can from it. A position is then exact as of the read, at most that age ago: what the
+//! person would have seen had they polled that much earlier.
+//!
+//! What a snapshot never answers: a number at or below the boundary (admitted or gone: the
+//! standing script decides), one past the counter as read, one found departed, a poll whose
+//! last-seen record is due (near the front, once a period), and a session check of a hold or
+//! a booking. A tick or a leave through this instance forgets the snapshot at once, so this
+//! instance's own changes show in its next answer; other instances' show within the age.
+//!
+//! One poll at a time reads stale figures and the polls arriving meanwhile wait for its read,
+//! so an event costs one script per age per instance, whatever the polls (a failed read is not
+//! tried again within the age: the polls take their scripts, which answer for the fault).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+/// How long figures are used by default.
+pub const DEFAULT_AGE: Duration = Duration::from_millis(100);
+
+/// Numbers per departure block: `BLOCK` in `lua/numbered_lib.lua`.
+pub const BLOCK: u64 = 32768;
+
+/// One block of departure bits from the boundary's block on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Block {
+    /// Departures in the blocks before this one.
+    pub before: u64,
+    /// The block's bits as Redis keeps them (bit 0 the high bit of byte 0); empty when the
+    /// block holds no departure.
+    pub bits: Vec<u8>,
+}
+
+/// A numbered line's figures as read at one moment (`lua/nl_snapshot.lua`'s reply).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LineFigures {
+    /// The boundary: the first number not yet admitted.
+    pub b: u64,
+    /// Departures below the boundary.
+    pub gb: u64,
+    /// All departures.
+    pub t: u64,
+    /// The highest block holding a departure (-1: none).
+    pub m: i64,
+    /// The counter: the last number handed out.
+    pub seq: u64,
+    /// The boundary's block: `blocks[0]` is this block.
+    pub k0: u64,
+    /// Blocks `k0..=m`.
+    pub blocks: Vec<Block>,
+}
+
+/// Bits set among the first `count` bits of `bits` (bit 0 the high bit of byte 0); bytes past
+/// the end count as zero, as Redis reads a bitmap past its end.
+fn ones_before(bits: &[u8], count: u64) -> u64 {
+    let whole = (count / 8) as usize;
+    let mut ones: u64 = bits
+        .iter()
+        .take(whole)
+        .map(|b| u64::from(b.count_ones()))
+        .sum();
+    let rest = (count % 8) as u32;
+    if rest > 0 {
+        if let Some(b) = bits.get(whole) {
+            ones += u64::from((b >> (8 - rest)).count_ones());
+        }
+    }
+    ones
+}
+
+/// Whether bit `i` of `bits` is set.
+fn bit(bits: &[u8], i: u64) -> bool {
+    bits.get((i / 8) as usize)
+        .is_some_and(|b| (b >> (7 - i % 8)) & 1 == 1)
+}
+
+impl LineFigures {
+    /// Reads `lua/nl_snapshot.lua`'s reply.
+    pub fn from_reply(reply: Vec<redis::Value>) -> Option<Self> {
+        let int = |v: &redis::Value| match v {
+            redis::Value::Int(i) => Some(*i),
+            _ => None,
+        };
+        let head: Vec<i64> = reply.iter().take(6).map(int).collect::<Option<_>>()?;
+        let [b, gb, t, m, seq, k0] = head.as_slice() else {
+            return None;
+        };
+        let mut blocks = Vec::new();
+        for pair in reply[6..].chunks(2) {
+            let [before, bits] = pair else { return None };
+            let bits = match bits {
+                redis::Value::BulkString(s) => s.clone(),
+                _ => return None,
+            };
+            blocks.push(Block {
+                before: u64::try_from(int(before)?).ok()?,
+                bits,
+            });
+        }
+        let figures = LineFigures {
+            b: u64::try_from(*b).ok()?,
+            gb: u64::try_from(*gb).ok()?,
+            t: u64::try_from(*t).ok()?,
+            m: *m,
+            seq: u64::try_from(*seq).ok()?,
+            k0: u64::try_from(*k0).ok()?,
+            blocks,
+        };
+        let expected = (figures.m + 1 - figures.k0 as i64).max(0) as usize;
+        (figures.blocks.len() == expected).then_some(figures)
+    }
+
+    /// The position of number `n`, handed out, as of the read: `n − b + 1` less the
+    /// departures between the boundary and `n`, as `standing` in `lua/numbered_lib.lua`
+    /// computes it (a number handed out after the read counts everyone after the read as
+    /// waiting). `None` when the figures cannot tell: `n` was not waiting as read (admitted,
+    /// departed).
+    pub fn position(&self, n: u64) -> Option<u64> {
+        if n < self.b || n == 0 {
+            return None;
+        }
+        let k = n / BLOCK;
+        let below = if k as i64 > self.m {
+            self.t
+        } else {
+            let block = self.blocks.get((k - self.k0) as usize)?;
+            let at = n - k * BLOCK;
+            if bit(&block.bits, at) {
+                return None;
+            }
+            block.before + ones_before(&block.bits, at)
+        };
+        Some(
+            (n - self.b + 1)
+                .saturating_sub(below.saturating_sub(self.gb))
+                .max(1),
+        )
+    }
+}
+
+/// One event's latest figures.
+#[derive(Default)]
+struct Slot {
+    current: RwLock<Option<Kept>>,
+    /// Moved by every change this instance makes (a tick, a leave): figures read before it
+    /// are no longer used.
+    generation: AtomicU64,
+    /// Held by the one request reading the figures; the others wait for its read.
+    reading: tokio::sync::Mutex<Option<Instant>>,
+}
+
+/// Figures kept: when their read began, the generation then, the figures.
+type Kept = (Instant, u64, Arc<LineFigures>);
+
+impl Slot {
+    fn fresh(&self, max_age: Duration) -> Option<Arc<LineFigures>> {
+        let generation = self.generation.load(Ordering::Acquire);
+        match &*self.current.read().unwrap_or_else(|p| p.into_inner()) {
+            Some((at, g, figures)) if *g == generation && at.elapsed() < max_age => {
+                Some(figures.clone())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Every numbered line's figures this instance keeps, keyed by the line's key.
+pub struct Snapshots {
+    max_age: Duration,
+    lines: RwLock<HashMap<String, Arc<Slot>>>,
+}
+
+impl Snapshots {
+    /// Figures used for at most `max_age` (zero: never kept; every poll runs its script).
+    pub fn new(max_age: Duration) -> Self {
+        Snapshots {
+            max_age,
+            lines: RwLock::new(HashMap::new()),
+        }
+    }
+
+    fn slot(&self, line: &str) -> Arc<Slot> {
+        if let Some(s) = self
+            .lines
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(line)
+        {
+            return s.clone();
+        }
+        self.lines
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(line.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// The figures of `line`: the kept ones while fresh, else read with `read` by one caller
+    /// while the others wait for its read (one read per age, however many polls). `None` when
+    /// snapshots are off or the read failed (then no one reads again for an age: the polls
+    /// take their scripts, which answer for the fault themselves).
+    pub async fn figures<F, R>(&self, line: &str, read: F) -> Option<Arc<LineFigures>>
+    where
+        F: FnOnce() -> R,
+        R: std::future::Future<Output = Option<LineFigures>>,
+    {
+        if self.max_age.is_zero() {
+            return None;
+        }
+        let slot = self.slot(line);
+        if let Some(f) = slot.fresh(self.max_age) {
+            return Some(f);
+        }
+        let mut failed = slot.reading.lock().await;
+        // Read by the caller before, while this one waited.
+        if let Some(f) = slot.fresh(self.max_age) {
+            return Some(f);
+        }
+        if failed.is_some_and(|at| at.elapsed() < self.max_age) {
+            return None;
+        }
+        let generation = slot.generation.load(Ordering::Acquire);
+        let started = Instant::now();
+        let Some(figures) = read().await else {
+            *failed = Some(Instant::now());
+            return None;
+        };
+        *failed = None;
+        let figures = Arc::new(figures);
+        // A change by this instance during the read: these figures may not show it.
+        if slot.generation.load(Ordering::Acquire) == generation {
+            *slot.current.write().unwrap_or_else(|p| p.into_inner()) =
+                Some((started, generation, figures.clone()));
+        }
+        Some(figures)
+    }
+
+    /// Forgets `line`'s figures: this instance just changed the line (a tick, a leave).
+    pub fn changed(&self, line: &str) {
+        if self.max_age.is_zero() {
+            return;
+        }
+        let slot = self.slot(line);
+        slot.generation.fetch_add(1, Ordering::AcqRel);
+        *slot.current.write().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A line of `seq` numbers from boundary `b` whose departed numbers are `gone`, built the
+    /// way lua/numbered_lib.lua keeps it.
+    fn line(b: u64, seq: u64, gone: &[u64]) -> LineFigures {
+        let t = gone.len() as u64;
+        let gb = gone.iter().filter(|&&n| n < b).count() as u64;
+        let m = gone.iter().map(|n| (n / BLOCK) as i64).max().unwrap_or(-1);
+        let k0 = b / BLOCK;
+        let blocks = (k0 as i64..=m)
+            .map(|k| {
+                let k = k as u64;
+                let before = gone.iter().filter(|&&n| n < k * BLOCK).count() as u64;
+                let mut bits = vec![0u8; (BLOCK / 8) as usize];
+                let mut any = false;
+                for &n in gone.iter().filter(|&&n| n / BLOCK == k) {
+                    let i = n - k * BLOCK;
+                    bits[(i / 8) as usize] |= 0x80 >> (i % 8);
+                    any = true;
+                }
+                Block {
+                    before,
+                    bits: if any { bits } else { Vec::new() },
+                }
+            })
+            .collect();
+        LineFigures {
+            b,
+            gb,
+            t,
+            m,
+            seq,
+            k0,
+            blocks,
+        }
+    }
+
+    /// The position by definition: the waiting numbers from the boundary up to n.
+    fn counted(b: u64, n: u64, gone: &[u64]) -> u64 {
+        (b..=n).filter(|x| !gone.contains(x)).count() as u64
+    }
+
+    #[test]
+    fn positions_count_the_waiting_numbers_ahead() {
+        let gone = [3, 9, 10, 40_000, 40_001, 70_000, 100_000];
+        for b in [1, 5, 11, 32_768, 40_001, 65_536, 99_999] {
+            let l = line(b, 120_000, &gone);
+            for n in [
+                1, 2, 3, 4, 8, 9, 11, 12, 32_767, 32_768, 39_999, 40_000, 40_002,
+            ]
+            .into_iter()
+            .chain([
+                65_535, 65_536, 69_999, 70_001, 99_999, 100_001, 119_999, 120_000,
+            ]) {
+                let want = (n >= b && !gone.contains(&n)).then(|| counted(b, n, &gone));
+                assert_eq!(l.position(n), want, "b {b}, n {n}");
+            }
+            // Handed out after the read: behind everyone read as waiting.
+            assert_eq!(l.position(130_000), Some(counted(b, 130_000, &gone)));
+        }
+    }
+
+    #[test]
+    fn a_block_without_departures_and_the_tail_read_as_the_sums() {
+        let gone = [5, 70_000];
+        let l = line(1, 200_000, &gone);
+        assert!(l.blocks[1].bits.is_empty(), "block 1 holds no departure");
+        assert_eq!(l.position(40_000), Some(40_000 - 1));
+        assert_eq!(l.position(150_000), Some(150_000 - 2));
+    }
+
+    #[test]
+    fn bits_are_counted_high_bit_first() {
+        let bits = [0b1010_0000u8, 0xff];
+        assert_eq!(ones_before(&bits, 0), 0);
+        assert_eq!(ones_before(&bits, 1), 1);
+        assert_eq!(ones_before(&bits, 2), 1);
+        assert_eq!(ones_before(&bits, 3), 2);
+        assert_eq!(ones_before(&bits, 12), 6);
+        assert_eq!(ones_before(&bits, 100), 10, "past the end reads as zeros");
+        assert!(bit(&bits, 0) && !bit(&bits, 1) && bit(&bits, 2) && !bit(&bits, 99));
+    }
+
+    /// Reads figures with a read that counts its calls.
+    async fn read(s: &Snapshots, reads: &AtomicU64, ok: bool) -> Option<Arc<LineFigures>> {
+        s.figures("l", || async {
+            reads.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            ok.then(|| line(1, 10, &[]))
+        })
+        .await
+    }
+
+    #[tokio::test]
+    async fn one_read_serves_the_polls_waiting_for_it_and_a_change_forgets() {
+        let s = Snapshots::new(Duration::from_secs(60));
+        let reads = AtomicU64::new(0);
+        let got = futures::future::join_all((0..50).map(|_| read(&s, &reads, true))).await;
+        assert!(got.iter().all(|f| f.as_ref().is_some_and(|f| f.seq == 10)));
+        assert_eq!(reads.load(Ordering::SeqCst), 1, "one read for 50 polls");
+        s.changed("l");
+        assert!(read(&s, &reads, true).await.is_some());
+        assert_eq!(
+            reads.load(Ordering::SeqCst),
+            2,
+            "a change forgets the figures"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_change_during_the_read_keeps_its_figures_out() {
+        let s = Arc::new(Snapshots::new(Duration::from_secs(60)));
+        let reads = AtomicU64::new(0);
+        let (during, changer) = tokio::join!(read(&s, &reads, true), async {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            s.changed("l");
+        });
+        let () = changer;
+        assert!(during.is_some(), "the caller that read uses its figures");
+        assert!(read(&s, &reads, true).await.is_some());
+        assert_eq!(reads.load(Ordering::SeqCst), 2, "they were not kept");
+    }
+
+    #[tokio::test]
+    async fn a_failed_read_is_not_tried_again_within_the_age() {
+        let s = Snapshots::new(Duration::from_millis(200));
+        let reads = AtomicU64::new(0);
+        let got = futures::future::join_all((0..10).map(|_| read(&s, &reads, false))).await;
+        assert!(got.iter().all(Option::is_none));
+        assert_eq!(
+            reads.load(Ordering::SeqCst),
+            1,
+            "the waiting polls took their scripts"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert!(
+            read(&s, &reads, true).await.is_some(),
+            "tried again after the age"
+        );
+        assert_eq!(reads.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn figures_age_out_and_zero_turns_them_off() {
+        let s = Snapshots::new(Duration::from_millis(30));
+        let reads = AtomicU64::new(0);
+        read(&s, &reads, true).await;
+        read(&s, &reads, true).await;
+        assert_eq!(reads.load(Ordering::SeqCst), 1);
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        read(&s, &reads, true).await;
+        assert_eq!(reads.load(Ordering::SeqCst), 2, "aged out");
+        let off = Snapshots::new(Duration::ZERO);
+        assert!(read(&off, &reads, true).await.is_none());
+        assert_eq!(reads.load(Ordering::SeqCst), 2, "off: never read");
+    }
+}
