@@ -299,18 +299,22 @@ impl Queue {
         expect: Option<u64>,
     ) -> Result<u64, RedisError> {
         if expect.is_none() {
-            // Plain commands for the common case (a first enter): cheaper than a script.
-            let (_, held): (i64, u64) = redis::pipe()
-                .cmd("HSETNX")
+            // One plain command for the common case (a first enter): cheaper than a script;
+            // the number already there is read only when there is one (a re-entry).
+            let set: i64 = redis::cmd("HSETNX")
                 .arg(index)
                 .arg(member)
                 .arg(n)
-                .cmd("HGET")
-                .arg(index)
-                .arg(member)
                 .query_async(&mut self.store.conn())
                 .await?;
-            return Ok(held);
+            if set == 1 {
+                return Ok(n);
+            }
+            if let Some(held) = self.number_of(index, member).await? {
+                return Ok(held);
+            }
+            // Removed between the two commands (nothing removes index entries today): the
+            // script below writes it if there is still none.
         }
         self.store
             .scripts()

@@ -606,7 +606,12 @@ async fn positions_from_the_lines_figures_are_the_scripts_positions() {
     let from_figures = polls_without_a_command(&a).await - before;
     let beyond_horizon = 2 * 300;
     assert!(
-        from_figures >= if same_period { 1300 + 300 } else { beyond_horizon },
+        from_figures
+            >= if same_period {
+                1300 + 300
+            } else {
+                beyond_horizon
+            },
         "{from_figures} of 2,600 polls were answered from the figures (same period: {same_period})"
     );
 
