@@ -125,6 +125,20 @@ impl Durable {
     }
 }
 
+/// Ends a counter's batch task should it end without returning (a panic): the enters queued
+/// are answered (503, their senders dropped) and the next enter starts a task again, instead of
+/// every later enter waiting for a task that is gone.
+struct Running(Option<Arc<Counter>>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take() {
+            c.waiting.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            c.running.store(false, Ordering::Release);
+        }
+    }
+}
+
 /// Hands out numbers of counter `seq` to the enters waiting on `counter`, batch after batch,
 /// until none waits.
 async fn hand_out(
@@ -135,9 +149,12 @@ async fn hand_out(
     replicas: u32,
     wait: Duration,
 ) {
+    let mut unwinding = Running(Some(counter.clone()));
     loop {
         let batch = std::mem::take(&mut *counter.waiting.lock().unwrap_or_else(|p| p.into_inner()));
         if batch.is_empty() {
+            // Ending normally: `running` is this task's to clear or another's to keep.
+            unwinding.0 = None;
             counter.running.store(false, Ordering::Release);
             // An enter may have queued after the take and seen this task still running.
             if counter
@@ -149,6 +166,7 @@ async fn hand_out(
             {
                 return;
             }
+            unwinding.0 = Some(counter.clone());
             continue;
         }
         let k = batch.len() as u64;
@@ -393,15 +411,35 @@ impl Queue {
                 )
             }
         };
-        let mut held = held?;
+        let held = held?;
         if held == n {
             let (kind, value, _) = reply?;
             self.places.put(ticket, entered);
             return standing(kind, value, 1);
         }
-        // Another number is in the index: this person entered before. Two rounds at most in
-        // practice: a concurrent enter of the same ticket can write in between once.
+        // Another number is in the index: this person entered before.
+        let reentered = self
+            .reenter_numbered(ev, ticket, &index, &member, n, held)
+            .await;
+        // The spare number departed (or ended): this instance's next positions read afresh.
         self.snapshots.changed(&ev.numbered.line);
+        reentered
+    }
+
+    /// A re-entry of `ticket`, which took number `n` while the index holds `held` (see
+    /// [`Queue::enter_numbered`]). Two rounds at most in practice: a concurrent enter of the
+    /// same ticket can write in between once.
+    async fn reenter_numbered(
+        &self,
+        ev: &Event,
+        ticket: &Ticket,
+        index: &str,
+        member: &str,
+        n: u64,
+        mut held: u64,
+    ) -> Result<Standing, QueueError> {
+        let cfg = &ev.config;
+        let entered = Place { n, recorded: 0 };
         for _ in 0..3 {
             let (keep, kind, value): (i64, i64, i64) =
                 with_numbered_keys(&self.store.scripts().nl_reenter, &ev.numbered)
@@ -421,7 +459,7 @@ impl Queue {
                 );
                 return standing(kind, value, 1);
             }
-            let now_held = self.write_index(&index, &member, n, Some(held)).await?;
+            let now_held = self.write_index(index, member, n, Some(held)).await?;
             if now_held == n {
                 self.places.put(ticket, entered);
                 return standing(kind, value, 1);
@@ -460,7 +498,10 @@ impl Queue {
             }
             let reply = self.number_standing(ev, place.n, mode, now).await?;
             if reply.0 != 2 {
-                self.remember(ticket, place.n, reply, period);
+                if !mode_check {
+                    // A check records nothing: what the instance knew of the record stands.
+                    self.remember(ticket, place.n, reply, period);
+                }
                 return standing(reply.0, reply.1, 1);
             }
             // Gone: the ticket may hold a newer number (it left or lapsed and entered again).

@@ -10,7 +10,7 @@
 //! it can from it. A position is then exact as of the read, at most that age ago: what the
 //! person would have seen had they polled that much earlier.
 //!
-//! What a snapshot never answers: a number at or below the boundary (admitted or gone: the
+//! What a snapshot never answers: a number below the boundary (admitted or gone: the
 //! standing script decides), one past the counter as read, one found departed, a poll whose
 //! last-seen record is due (near the front, once a period), and a session check of a hold or
 //! a booking. A tick or a leave through this instance forgets the snapshot at once, so this

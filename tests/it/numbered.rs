@@ -505,8 +505,9 @@ async fn while_the_guard_holds_on_the_numbered_line_people_who_polled_keep_their
     .await;
 }
 
-/// How many polls of `strategy` found their position without a Redis command (the
-/// commands-per-poll histogram's bucket `le="0"`).
+/// How many polls found their position without a Redis command (the commands-per-poll
+/// histogram's bucket `le="0"`, `global_counter`). The recorder is the process's: nextest runs
+/// each test in a process of its own, and the test below reads it around polls of one instance.
 async fn polls_without_a_command(app: &TestApp) -> u64 {
     let text = app.metrics().await;
     let prefix = r#"waitroom_redis_commands_per_poll_bucket{strategy="global_counter",le="0"} "#;
