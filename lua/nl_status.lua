@@ -1,7 +1,8 @@
 -- nl_status.lua: where number n stands on the numbered line, and its last-seen record.
 -- Keys: see lua/numbered_lib.lua (prepended).
 --
--- ARGV[1]  n
+-- ARGV[1]  n, or 0: the number the index holds for member ARGV[7] in bucket KEYS[8] (a line
+--          whose index lives in the event's slot; a ticket this instance does not know)
 -- ARGV[2]  now, ms
 -- ARGV[3]  active session length, ms
 -- ARGV[4]  'enter': n was just handed out (its record, near the front: entered, never polled);
@@ -9,13 +10,21 @@
 --          that records nothing (a hold's session check)
 -- ARGV[5]  the horizon: only numbers within this many of the boundary keep a record
 -- ARGV[6]  the records' period, ms (the poll refresh): a poll rewrites its record once per period
+-- ARGV[7]  with ARGV[1] 0: the member
 -- Returns  {0, position, recorded} waiting, {1, admitted at ms, 0} admitted and live, {2, 0, 0}
 --          gone; recorded is 1 when a poll's record is current for this period (written now or
 --          earlier in it), so the instance may skip the script for its polls until the next
---          period (src/queue/snapshot.rs)
+--          period (src/queue/snapshot.rs); and fourth, n ({2, 0, 0, 0}: the index holds none)
 local n, now = tonumber(ARGV[1]), tonumber(ARGV[2])
+if n == 0 then
+  n = tonumber(redis.call('HGET', KEYS[8], ARGV[7]))
+  if not n then
+    return {2, 0, 0, 0}
+  end
+end
 local s, b = standing(n, now, tonumber(ARGV[3]))
 s[3] = 0
+s[4] = n
 if s[1] == 0 and ARGV[4] ~= 'check' then
   if n - b < tonumber(ARGV[5]) then
     if ARGV[4] == 'poll' then

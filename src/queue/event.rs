@@ -126,6 +126,12 @@ pub struct EventConfig {
     /// Index buckets of a numbered line (0 for the sorted sets), fixed at creation.
     #[serde(default)]
     pub index_buckets: u32,
+    /// Where a numbered line's index lives, fixed at creation: `true` (events created by this
+    /// version) in the event's own slot beside the counter, so one script per batch of enters
+    /// takes the numbers and writes the index; `false` (numbered events created before) spread
+    /// over the shards' tags, one `HSETNX` per enter after its number.
+    #[serde(default)]
+    pub index_in_line: bool,
 }
 
 impl EventConfig {
@@ -243,6 +249,7 @@ impl EventPatch {
             member_form: MemberForm::Short,
             line_form: LineForm::SortedSets,
             index_buckets: 0,
+            index_in_line: false,
         });
         let line_form = match (base, self.line_form) {
             (Some(b), Some(f)) if f != b.line_form => {
@@ -293,6 +300,12 @@ impl EventPatch {
                 LineForm::Numbered if d.index_buckets > 0 => d.index_buckets,
                 LineForm::Numbered => INDEX_BUCKETS,
                 LineForm::SortedSets => 0,
+            },
+            // A new numbered line keeps its index in its own slot; an existing one where it is.
+            index_in_line: match (base, line_form) {
+                (Some(b), _) => b.index_in_line,
+                (None, LineForm::Numbered) => true,
+                (None, LineForm::SortedSets) => false,
             },
             entry_key: match self.entry_key.as_deref() {
                 Some("") => None,

@@ -4,12 +4,14 @@
 //! number with prefix sums per block; admission advances a boundary. A position is arithmetic
 //! on those figures: exact, a few commands whatever the line's size (`lua/numbered_lib.lua`).
 //!
-//! Round trips: an enter takes a number on a replica ([`Durable`]: one round trip shared by the
-//! enters arriving together), then writes the index and, near the front, reads the standing in
-//! the same round (a re-entry adds one or two); far from the front the position comes from the
-//! line's figures this instance holds (src/queue/snapshot.rs). A poll of a ticket this instance
-//! remembers costs no command far from the front, one script near it; else the index read
-//! first.
+//! Round trips: an enter is one round trip shared by the enters arriving together
+//! ([`Durable`]: one script takes their numbers, writes their index entries and reports their
+//! standings, made durable on a replica in the same round trip). A poll of a ticket this
+//! instance remembers costs no command far from the front (the line's figures this instance
+//! holds, src/queue/snapshot.rs), one script near it; a ticket it does not know, one script
+//! that reads the index too. Lines created before the index moved into the event's slot keep
+//! it in the shards' tags: there an enter writes its index entry after the shared number, and
+//! a poll of an unknown ticket reads the index first.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,8 +30,8 @@ use crate::redis::keys::NumberedKeys;
 use crate::redis::scripts::with_numbered_keys;
 use crate::redis::store::Store;
 
-/// A standing script's reply: `{kind, value, recorded}` (lua/nl_status.lua).
-type Reply = (i64, i64, i64);
+/// A standing script's reply: `{kind, value, recorded, n}` (lua/nl_status.lua).
+type Reply = (i64, i64, i64, i64);
 
 /// The standing a numbered script reported, found with `commands` Redis commands (counted
 /// for polls in `waitroom_redis_commands_per_poll`; an enter's count is not recorded).
@@ -66,18 +68,26 @@ pub(super) fn numbered_horizon(cfg: &EventConfig) -> u64 {
 }
 
 /// Numbered lines' arrival numbers, handed out in batches: the enters that arrive while one
-/// batch is on its way wait for the next, which takes as many numbers as they are in one
-/// `INCRBY` (in arrival order at this instance) and makes them durable in the same round trip.
+/// batch is on its way wait for the next, which serves them all in one round trip (in arrival
+/// order at this instance) and makes it durable in the same round trip.
+///
+/// A line whose index lives in the event's slot (`index_in_line`, every numbered event created
+/// by this version) sends one script per batch (`lua/nl_enter.lua`): for each member it finds
+/// the number the index holds, keeps it while that place holds, else takes the counter's next
+/// and writes it into the index, and reports the standing. An enter is then one shared round
+/// trip, and no number is ever taken without its index entry. A line created before keeps its
+/// index in the shards' tags: its batch takes as many numbers as it serves in one `INCRBY`, and
+/// each enter writes its index entry after.
 ///
 /// Redis replicates asynchronously: a failover of the counter's primary can promote a replica
 /// whose counter is behind numbers already handed out, and the next enters would get them again
 /// (two people, one number, one place; docs/numbered-line.md, "Risks"). So a number is used only
-/// once a replica holds it: with replicas configured, the `INCRBY` goes out on the connection
-/// kept for waits, in one pipeline with a probe write and a `WAIT`
-/// ([`crate::redis::RedisConn::wait_replicated_reading`]); when the `WAIT` falls short, every
-/// enter of the batch answers 503 and its numbers are never used (dead numbers, found at the
-/// front like people who never polled). One round trip per batch instead of an `INCR` per enter
-/// and a `WAIT` shared by the enters arriving together.
+/// once a replica holds it: with replicas configured, the batch goes out on the connection kept
+/// for waits, in one pipeline with a probe write and a `WAIT`
+/// ([`crate::redis::RedisConn::wait_replicated_after`]); when the `WAIT` falls short, every
+/// enter of the batch answers 503. Their index entries (when the script wrote them) stay, so an
+/// enter sent again keeps the number; `INCRBY`'s numbers are never used (dead numbers, found at
+/// the front like people who never polled).
 ///
 /// The batch runs in a task of its own, so an enter given up by its client (a dropped request)
 /// does not take the others' numbers with it.
@@ -87,8 +97,29 @@ pub(crate) struct Durable {
     events: Mutex<HashMap<String, Arc<Counter>>>,
 }
 
-/// Where one enter's number is sent.
-type Waiter = oneshot::Sender<Result<u64, Shortfall>>;
+/// One enter's part of a batch: with `entry`, its index entry and standing too (a line whose
+/// index lives in the event's slot); without, a number alone.
+struct Ask {
+    entry: Option<Entry>,
+    tx: oneshot::Sender<Result<Taken, Shortfall>>,
+}
+
+/// What `lua/nl_enter.lua` needs of one enter: the member, its index bucket, and the event's
+/// figures at the time of the enter (the batch takes its last enter's).
+struct Entry {
+    index: String,
+    member: String,
+    ttl_ms: u64,
+    horizon: u64,
+    period_ms: u64,
+}
+
+/// What a batch gave one enter: its number and, for an [`Entry`], the number's standing as
+/// `(kind, value)` of [`Reply`].
+struct Taken {
+    n: u64,
+    standing: Option<(i64, i64)>,
+}
 
 /// Why a batch handed out no numbers.
 enum Shortfall {
@@ -98,12 +129,22 @@ enum Shortfall {
     Redis(redis::ErrorKind, String),
 }
 
+impl Shortfall {
+    fn copy(&self) -> Shortfall {
+        match self {
+            Shortfall::NotReplicated => Shortfall::NotReplicated,
+            Shortfall::Redis(kind, text) => Shortfall::Redis(*kind, text.clone()),
+        }
+    }
+}
+
 /// One counter's enters waiting for a number.
-#[derive(Default)]
 struct Counter {
-    waiting: Mutex<Vec<Waiter>>,
+    waiting: Mutex<Vec<Ask>>,
     /// True while a task hands out numbers for this counter.
     running: AtomicBool,
+    /// The line's keys (fixed for a counter: both come from the event's id).
+    keys: NumberedKeys,
 }
 
 impl Durable {
@@ -115,13 +156,22 @@ impl Durable {
         }
     }
 
-    /// The counter's state; its key is copied only the first time (an enter calls this).
-    fn counter(&self, seq: &str) -> Arc<Counter> {
+    /// The line's counter state; its keys are copied only the first time (an enter calls this).
+    fn counter(&self, keys: &NumberedKeys) -> Arc<Counter> {
         let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = events.get(seq) {
+        if let Some(c) = events.get(&keys.seq) {
             return c.clone();
         }
-        events.entry(seq.to_owned()).or_default().clone()
+        events
+            .entry(keys.seq.clone())
+            .or_insert_with(|| {
+                Arc::new(Counter {
+                    waiting: Mutex::new(Vec::new()),
+                    running: AtomicBool::new(false),
+                    keys: keys.clone(),
+                })
+            })
+            .clone()
     }
 }
 
@@ -139,17 +189,10 @@ impl Drop for Running {
     }
 }
 
-/// Hands out numbers of counter `seq` to the enters waiting on `counter`, batch after batch,
-/// until none waits.
-async fn hand_out(
-    store: Arc<Store>,
-    counter: Arc<Counter>,
-    seq: String,
-    probe: String,
-    replicas: u32,
-    wait: Duration,
-) {
+/// Serves the enters waiting on `counter`, batch after batch, until none waits.
+async fn hand_out(store: Arc<Store>, counter: Arc<Counter>, replicas: u32, wait: Duration) {
     let mut unwinding = Running(Some(counter.clone()));
+    let probe = format!("{}:replicated", counter.keys.line);
     loop {
         let batch = std::mem::take(&mut *counter.waiting.lock().unwrap_or_else(|p| p.into_inner()));
         if batch.is_empty() {
@@ -169,38 +212,182 @@ async fn hand_out(
             unwinding.0 = Some(counter.clone());
             continue;
         }
-        let k = batch.len() as u64;
-        let mut take = redis::cmd("INCRBY");
-        take.arg(&seq).arg(k);
-        let taken: Result<u64, Shortfall> = if replicas == 0 {
-            take.query_async(&mut store.conn()).await.map_err(shortfall)
+        // One layout per event; both kinds in one batch only if an event was created anew.
+        let (entries, plain): (Vec<Ask>, Vec<Ask>) =
+            batch.into_iter().partition(|a| a.entry.is_some());
+        if !plain.is_empty() {
+            numbers(&store, &counter.keys.seq, &probe, replicas, wait, plain).await;
+        }
+        if !entries.is_empty() {
+            enters(&store, &counter.keys, &probe, replicas, wait, entries).await;
+        }
+    }
+}
+
+/// A batch of a line whose index lives in the shards' tags: `INCRBY` as many numbers as it
+/// serves.
+async fn numbers(
+    store: &Store,
+    seq: &str,
+    probe: &str,
+    replicas: u32,
+    wait: Duration,
+    batch: Vec<Ask>,
+) {
+    let k = batch.len() as u64;
+    let mut take = redis::cmd("INCRBY");
+    take.arg(seq).arg(k);
+    let taken: Result<u64, Shortfall> = if replicas == 0 {
+        take.query_async(&mut store.conn()).await.map_err(shortfall)
+    } else {
+        match store
+            .waits()
+            .wait_replicated_reading(probe, take, replicas, wait.as_millis() as u64)
+            .await
+        {
+            Ok((Some(top), acked)) if acked >= replicas => top
+                .parse::<u64>()
+                .map_err(|_| Shortfall::Redis(redis::ErrorKind::Client, format!("counter {top}"))),
+            Ok((top, acked)) => {
+                tracing::warn!(counter = %seq, top = ?top, acked, numbers = k,
+                    "a numbered line's arrival numbers did not reach the replicas in time; not used");
+                Err(Shortfall::NotReplicated)
+            }
+            Err(e) => Err(shortfall(e)),
+        }
+    };
+    for (i, ask) in batch.into_iter().enumerate() {
+        let answer = match &taken {
+            Ok(top) => Ok(Taken {
+                n: top - k + 1 + i as u64,
+                standing: None,
+            }),
+            Err(e) => Err(e.copy()),
+        };
+        // An enter given up meanwhile leaves its number unused (a dead number).
+        let _ = ask.tx.send(answer);
+    }
+}
+
+/// A batch of a line whose index lives in the event's slot: one `lua/nl_enter.lua`.
+async fn enters(
+    store: &Store,
+    keys: &NumberedKeys,
+    probe: &str,
+    replicas: u32,
+    wait: Duration,
+    batch: Vec<Ask>,
+) {
+    let script = &store.scripts().nl_enter;
+    let entries: Vec<&Entry> = batch.iter().filter_map(|a| a.entry.as_ref()).collect();
+    let reply = match entries.last() {
+        Some(last) => enter_batch(store, script, keys, &entries, last, probe, replicas, wait).await,
+        None => Ok(Vec::new()),
+    };
+    let answers: Result<Vec<Taken>, Shortfall> = reply.and_then(|r| {
+        if r.len() != 3 * batch.len() {
+            return Err(Shortfall::Redis(
+                redis::ErrorKind::Client,
+                format!(
+                    "nl_enter.lua answered {} values for {} enters",
+                    r.len(),
+                    batch.len()
+                ),
+            ));
+        }
+        Ok(r.chunks(3)
+            .map(|c| Taken {
+                n: c[0].max(0) as u64,
+                standing: Some((c[1], c[2])),
+            })
+            .collect())
+    });
+    match answers {
+        Ok(taken) => {
+            for (ask, t) in batch.into_iter().zip(taken) {
+                // An enter given up meanwhile keeps its number in the index: sent again, it
+                // finds it.
+                let _ = ask.tx.send(Ok(t));
+            }
+        }
+        Err(e) => {
+            for ask in batch {
+                let _ = ask.tx.send(Err(e.copy()));
+            }
+        }
+    }
+}
+
+/// Runs `lua/nl_enter.lua` for `entries` (with `last`'s figures), on the replicas when
+/// configured; loads the script once on NOSCRIPT (a node that does not hold it yet).
+#[allow(clippy::too_many_arguments)]
+async fn enter_batch(
+    store: &Store,
+    script: &redis::Script,
+    keys: &NumberedKeys,
+    entries: &[&Entry],
+    last: &Entry,
+    probe: &str,
+    replicas: u32,
+    wait: Duration,
+) -> Result<Vec<i64>, Shortfall> {
+    let all = keys.all();
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(all.len() + entries.len());
+    for key in all {
+        cmd.arg(key);
+    }
+    for e in entries {
+        cmd.arg(&e.index);
+    }
+    cmd.arg(now_ms())
+        .arg(last.ttl_ms)
+        .arg(last.horizon)
+        .arg(last.period_ms.max(1));
+    for (i, e) in entries.iter().enumerate() {
+        cmd.arg(all.len() + 1 + i).arg(&e.member);
+    }
+    for attempt in 0..2 {
+        let reply: Result<Vec<i64>, RedisError> = if replicas == 0 {
+            cmd.query_async(&mut store.conn()).await
         } else {
             match store
                 .waits()
-                .wait_replicated_reading(&probe, take, replicas, wait.as_millis() as u64)
+                .wait_replicated_after(probe, cmd.clone(), replicas, wait.as_millis() as u64)
                 .await
             {
-                Ok((Some(top), acked)) if acked >= replicas => top.parse::<u64>().map_err(|_| {
-                    Shortfall::Redis(redis::ErrorKind::Client, format!("counter {top}"))
-                }),
-                Ok((top, acked)) => {
-                    tracing::warn!(counter = %seq, top = ?top, acked, numbers = k,
-                        "a numbered line's arrival numbers did not reach the replicas in time; not used");
-                    Err(Shortfall::NotReplicated)
+                Ok((value, acked)) => {
+                    match redis::from_redis_value::<Result<Vec<i64>, RedisError>>(value) {
+                        Ok(Ok(_)) if acked < replicas => {
+                            tracing::warn!(line = %keys.line, acked, enters = entries.len(),
+                            "a numbered line's batch of enters did not reach the replicas in time");
+                            return Err(Shortfall::NotReplicated);
+                        }
+                        Ok(r) => r,
+                        Err(e) => Err(e.into()),
+                    }
                 }
-                Err(e) => Err(shortfall(e)),
+                Err(e) => Err(e),
             }
         };
-        for (i, waiter) in batch.into_iter().enumerate() {
-            let answer = match &taken {
-                Ok(top) => Ok(top - k + 1 + i as u64),
-                Err(Shortfall::NotReplicated) => Err(Shortfall::NotReplicated),
-                Err(Shortfall::Redis(kind, text)) => Err(Shortfall::Redis(*kind, text.clone())),
-            };
-            // An enter given up meanwhile leaves its number unused (a dead number).
-            let _ = waiter.send(answer);
+        match reply {
+            Err(e)
+                if attempt == 0
+                    && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                script
+                    .load_async(&mut store.conn())
+                    .await
+                    .map_err(shortfall)?;
+            }
+            Err(e) => return Err(shortfall(e)),
+            Ok(r) => return Ok(r),
         }
     }
+    Err(Shortfall::Redis(
+        redis::ErrorKind::Server(redis::ServerErrorKind::NoScript),
+        "nl_enter.lua could not be loaded".into(),
+    ))
 }
 
 fn shortfall(e: RedisError) -> Shortfall {
@@ -235,38 +422,36 @@ impl Mode {
 }
 
 impl Queue {
-    /// The index bucket of a member: CRC16 of the member mod the event's buckets, in the tag
-    /// of shard `bucket mod shards`, so the index spreads over the primaries as the shards do.
-    fn index_key(&self, cfg: &EventConfig, member: &str) -> String {
+    /// The index bucket of a member: CRC16 of the member mod the event's buckets, in the
+    /// event's slot (`index_in_line`), or, for a line created before, in the tag of shard
+    /// `bucket mod shards`, so the index spreads over the primaries as the shards do.
+    fn index_key(&self, ev: &Event, member: &str) -> String {
+        let cfg = &ev.config;
         let crc = crc16::State::<crc16::XMODEM>::calculate(member.as_bytes());
         let bucket = u32::from(crc) % cfg.index_buckets.max(1);
+        if cfg.index_in_line {
+            return ev.numbered.index(bucket);
+        }
         let tag = &cfg.shard_tags[bucket as usize % cfg.shard_tags.len().max(1)];
         self.store.keys().index_bucket(tag, bucket)
     }
 
-    /// An arrival number for one enter of `ev`, on the configured replicas (see [`Durable`]).
-    async fn take_number(&self, ev: &Event) -> Result<u64, QueueError> {
+    /// One enter's part of the next batch of `ev` (see [`Durable`]): with `entry`, its number
+    /// and standing; without, its number alone.
+    async fn batched(&self, ev: &Event, entry: Option<Entry>) -> Result<Taken, QueueError> {
         let d = &self.numbers;
-        let seq = &ev.numbered.seq;
-        let counter = d.counter(seq);
+        let counter = d.counter(&ev.numbered);
         let (tx, rx) = oneshot::channel();
         counter
             .waiting
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(tx);
+            .push(Ask { entry, tx });
         if !counter.running.swap(true, Ordering::AcqRel) {
-            tokio::spawn(hand_out(
-                self.store.clone(),
-                counter,
-                seq.clone(),
-                format!("{}:replicated", ev.numbered.line),
-                d.replicas,
-                d.wait,
-            ));
+            tokio::spawn(hand_out(self.store.clone(), counter, d.replicas, d.wait));
         }
         match rx.await {
-            Ok(Ok(n)) => Ok(n),
+            Ok(Ok(taken)) => Ok(taken),
             Ok(Err(Shortfall::NotReplicated)) => Err(not_replicated()),
             Ok(Err(Shortfall::Redis(kind, text))) => {
                 Err(RedisError::from((kind, "handing out arrival numbers", text)).into())
@@ -278,24 +463,31 @@ impl Queue {
         }
     }
 
-    /// Where number `n` stands (`lua/nl_status.lua`).
+    /// Where number `n` stands (`lua/nl_status.lua`); with `n` 0, the number the index holds
+    /// for `by_member` (its bucket in the event's slot, and the member).
     async fn number_standing(
         &self,
         ev: &Event,
         n: u64,
         mode: Mode,
         now: u64,
+        by_member: Option<(&str, &str)>,
     ) -> Result<Reply, RedisError> {
         let cfg = &ev.config;
-        with_numbered_keys(&self.store.scripts().nl_status, &ev.numbered)
-            .arg(n)
+        let mut call = with_numbered_keys(&self.store.scripts().nl_status, &ev.numbered);
+        if let Some((index, _)) = by_member {
+            call.key(index);
+        }
+        call.arg(n)
             .arg(now)
             .arg(cfg.active_ttl_seconds * 1000)
             .arg(mode.as_str())
             .arg(numbered_horizon(cfg))
-            .arg(seen_refresh_ms(cfg).max(1))
-            .invoke_async(&mut self.store.conn())
-            .await
+            .arg(seen_refresh_ms(cfg).max(1));
+        if let Some((_, member)) = by_member {
+            call.arg(member);
+        }
+        call.invoke_async(&mut self.store.conn()).await
     }
 
     /// The member's number in the index, if any.
@@ -380,11 +572,13 @@ impl Queue {
         self.places.put(ticket, Place { n, recorded });
     }
 
-    /// Enters `ticket` into a numbered line: a number from the counter, then the index write
-    /// and the number's standing in one round (the standing from the figures this instance
-    /// holds, when far from the front). A re-entry whose place holds keeps it and the new
-    /// number is dropped (`lua/nl_reenter.lua`); one whose place is gone (left, lapsed) takes
-    /// the new number at the back.
+    /// Enters `ticket` into a numbered line. Index in the event's slot: the batch's script
+    /// does it all (number, index entry, standing; see [`Durable`]). Index in the shards' tags
+    /// (lines created before): a number from the counter, then the index write and the
+    /// number's standing in one round (the standing from the figures this instance holds, when
+    /// far from the front). A re-entry whose place holds keeps it (and, in the shards' tags,
+    /// the new number is dropped: `lua/nl_reenter.lua`); one whose place is gone (left, lapsed)
+    /// takes a new number at the back.
     pub(super) async fn enter_numbered(
         &self,
         ev: &Event,
@@ -392,9 +586,34 @@ impl Queue {
     ) -> Result<Standing, QueueError> {
         let cfg = &ev.config;
         let member = cfg.member(ticket);
-        let index = self.index_key(cfg, &member);
+        let index = self.index_key(ev, &member);
+        if cfg.index_in_line {
+            let taken = self
+                .batched(
+                    ev,
+                    Some(Entry {
+                        index,
+                        member,
+                        ttl_ms: cfg.active_ttl_seconds * 1000,
+                        horizon: numbered_horizon(cfg),
+                        period_ms: seen_refresh_ms(cfg).max(1),
+                    }),
+                )
+                .await?;
+            let (kind, value) = taken.standing.unwrap_or((2, 0));
+            if kind != 2 {
+                self.places.put(
+                    ticket,
+                    Place {
+                        n: taken.n,
+                        recorded: 0,
+                    },
+                );
+            }
+            return standing(kind, value, 1);
+        }
         // On a replica before it is used: a failover must not hand it out again.
-        let n = self.take_number(ev).await?;
+        let n = self.batched(ev, None).await?.n;
         let now = now_ms();
         let period = now / seen_refresh_ms(cfg).max(1);
         // A new number far from the front needs no record: its position is arithmetic.
@@ -402,18 +621,18 @@ impl Queue {
         let (held, reply) = match self.position_from_figures(ev, entered, period).await {
             Some(position) => (
                 self.write_index(&index, &member, n, None).await,
-                Ok((0, position as i64, 0)),
+                Ok((0, position as i64, 0, n as i64)),
             ),
             None => {
                 tokio::join!(
                     self.write_index(&index, &member, n, None),
-                    self.number_standing(ev, n, Mode::Enter, now)
+                    self.number_standing(ev, n, Mode::Enter, now, None)
                 )
             }
         };
         let held = held?;
         if held == n {
-            let (kind, value, _) = reply?;
+            let (kind, value, _, _) = reply?;
             self.places.put(ticket, entered);
             return standing(kind, value, 1);
         }
@@ -496,7 +715,7 @@ impl Queue {
                     return Ok(waiting(position, 0));
                 }
             }
-            let reply = self.number_standing(ev, place.n, mode, now).await?;
+            let reply = self.number_standing(ev, place.n, mode, now, None).await?;
             if reply.0 != 2 {
                 if !mode_check {
                     // A check records nothing: what the instance knew of the record stands.
@@ -508,22 +727,33 @@ impl Queue {
             known_gone = Some(place.n);
         }
         let member = cfg.member(ticket);
-        let index = self.index_key(cfg, &member);
-        let Some(n) = self.number_of(&index, &member).await? else {
-            self.places.remove(ticket);
-            return Err(QueueError::UnknownTicket);
+        let index = self.index_key(ev, &member);
+        let (n, reply, commands) = if cfg.index_in_line {
+            // The index is in the script's slot: one script reads it and the number's standing.
+            let reply = self
+                .number_standing(ev, 0, mode, now, Some((&index, &member)))
+                .await?;
+            (u64::try_from(reply.3).unwrap_or(0), reply, 1)
+        } else {
+            let Some(n) = self.number_of(&index, &member).await? else {
+                self.places.remove(ticket);
+                return Err(QueueError::UnknownTicket);
+            };
+            if known_gone == Some(n) {
+                self.places.remove(ticket);
+                return Err(QueueError::UnknownTicket);
+            }
+            (n, self.number_standing(ev, n, mode, now, None).await?, 2)
         };
-        if known_gone == Some(n) {
+        if n == 0 || known_gone == Some(n) || reply.0 == 2 {
             self.places.remove(ticket);
-            return Err(QueueError::UnknownTicket);
-        }
-        let reply = self.number_standing(ev, n, mode, now).await?;
-        if reply.0 == 2 {
-            self.places.remove(ticket);
+            if n == 0 || known_gone == Some(n) {
+                return Err(QueueError::UnknownTicket);
+            }
         } else {
             self.remember(ticket, n, reply, period);
         }
-        standing(reply.0, reply.1, 2 + u32::from(known_gone.is_some()))
+        standing(reply.0, reply.1, commands + u32::from(known_gone.is_some()))
     }
 
     /// Takes `ticket` out of a numbered line, or ends its active session.
@@ -534,7 +764,7 @@ impl Queue {
     ) -> Result<(), QueueError> {
         let cfg = &ev.config;
         let member = cfg.member(ticket);
-        let index = self.index_key(cfg, &member);
+        let index = self.index_key(ev, &member);
         self.places.remove(ticket);
         let Some(n) = self.number_of(&index, &member).await? else {
             return Err(QueueError::UnknownTicket);

@@ -22,7 +22,8 @@
 //! | `<p>:{<event>}:nl:seen` | string | numbered line: last-seen records near the front, two bytes per number: polled or only entered, and in which period |
 //! | `<p>:{<event>}:nl:seq` | string | numbered line: the arrival counter |
 //! | `<p>:{<event>}:nl:op` | string | numbered line: id of the last admission tick (PX) |
-//! | `<p>:<tag>:ix:<b>` | hash | numbered line: index bucket `b` (member → number), in the tag of shard `b mod shards`; small, so listpack-encoded |
+//! | `<p>:{<event>}:nl:ix:<b>` | hash | numbered line: index bucket `b` (member → number), in the event's slot; small, so listpack-encoded |
+//! | `<p>:<tag>:ix:<b>` | hash | the same, for numbered lines created before the index moved to the event's slot: in the tag of shard `b mod shards` |
 //! | `<p>:{<event>}:shows` | set | ids of the event's shows (for sold-out) |
 //! | `<p>:show:{<show>}:info` | hash | event, kind (`seated`/`ga`), total, available, sold |
 //! | `<p>:show:{<show>}:seats` | hash | seat → `''` available, `h:<hold>`, `s:<booking>` |
@@ -159,6 +160,11 @@ pub struct NumberedKeys {
 }
 
 impl NumberedKeys {
+    /// Index bucket `bucket` in the event's slot (lines whose config says `index_in_line`).
+    pub fn index(&self, bucket: u32) -> String {
+        format!("{}:ix:{bucket}", self.line)
+    }
+
     /// The keys in script order.
     pub fn all(&self) -> [&str; 7] {
         [

@@ -134,6 +134,24 @@ impl RedisConn {
         replicas: u32,
         timeout_ms: u64,
     ) -> redis::RedisResult<(Option<String>, u32)> {
+        let (value, acked) = self
+            .wait_replicated_after(probe, check, replicas, timeout_ms)
+            .await?;
+        Ok((redis::from_redis_value(value)?, acked))
+    }
+
+    /// [`RedisConn::wait_replicated`] with any command in `probe`'s slot (a read, or a script
+    /// whose writes are to reach the replicas: a numbered line's batch of enters) sent between
+    /// the probe write and the `WAIT`. Its reply is returned as it came; an error reply comes
+    /// as `Value::ServerError` from a cluster and as the call's error from one Redis (NOSCRIPT
+    /// for a script the node does not hold, either way: the caller loads it).
+    pub async fn wait_replicated_after(
+        &mut self,
+        probe: &str,
+        check: redis::Cmd,
+        replicas: u32,
+        timeout_ms: u64,
+    ) -> redis::RedisResult<(Value, u32)> {
         use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
         let mut pipe = redis::pipe();
         pipe.cmd("SET").arg(probe).arg(1).arg("PX").arg(60_000);
@@ -150,27 +168,22 @@ impl RedisConn {
                 format!("no answer to WAIT within {limit:?}"),
             ))
         };
-        match self {
+        let values = match self {
             RedisConn::Cluster(c, _) => {
                 let route = SingleNodeRoutingInfo::SpecificNode(Route::new(
                     keys::slot(probe),
                     SlotAddr::Master,
                 ));
-                let values = tokio::time::timeout(limit, c.route_pipeline(pipe, 0, 3, route))
+                tokio::time::timeout(limit, c.route_pipeline(pipe, 0, 3, route))
                     .await
-                    .map_err(|_| timed_out())??;
-                let (_, check, acked): (Value, Option<String>, u32) =
-                    redis::from_redis_value(Value::Array(values))?;
-                Ok((check, acked))
+                    .map_err(|_| timed_out())??
             }
-            RedisConn::Single(c) => {
-                let (_, check, acked): (Value, Option<String>, u32) =
-                    tokio::time::timeout(limit, pipe.query_async(c))
-                        .await
-                        .map_err(|_| timed_out())??;
-                Ok((check, acked))
-            }
-        }
+            RedisConn::Single(c) => tokio::time::timeout(limit, pipe.query_async::<Vec<Value>>(c))
+                .await
+                .map_err(|_| timed_out())??,
+        };
+        let (_, check, acked): (Value, Value, u32) = redis::from_redis_value(Value::Array(values))?;
+        Ok((check, acked))
     }
 
     /// True for a Redis Cluster.

@@ -52,6 +52,8 @@ pub struct Scripts {
     pub nl_index: Script,
     /// See `lua/nl_status.lua`.
     pub nl_status: Script,
+    /// See `lua/nl_enter.lua`.
+    pub nl_enter: Script,
     /// See `lua/nl_reenter.lua`.
     pub nl_reenter: Script,
     /// See `lua/nl_leave.lua`.
@@ -89,6 +91,7 @@ impl Scripts {
             lease_release: Script::new(include_str!("../../lua/lease_release.lua")),
             nl_index: Script::new(include_str!("../../lua/nl_index.lua")),
             nl_status: numbered_script(include_str!("../../lua/nl_status.lua")),
+            nl_enter: numbered_script(include_str!("../../lua/nl_enter.lua")),
             nl_reenter: numbered_script(include_str!("../../lua/nl_reenter.lua")),
             nl_leave: numbered_script(include_str!("../../lua/nl_leave.lua")),
             nl_tick: numbered_script(include_str!("../../lua/nl_tick.lua")),
@@ -123,6 +126,7 @@ impl Scripts {
             &self.lease_release,
             &self.nl_index,
             &self.nl_status,
+            &self.nl_enter,
             &self.nl_reenter,
             &self.nl_leave,
             &self.nl_tick,

@@ -657,3 +657,152 @@ async fn positions_from_the_lines_figures_are_the_scripts_positions() {
         "the people beyond the horizon, at least, were answered from the figures"
     );
 }
+
+/// Where a member's index entry is, for an event whose stored configuration is `cfg`: in the
+/// event's slot, or (`index_in_line` absent or false) in the tag of shard `bucket mod shards`.
+fn index_key_of(app: &TestApp, ev: &str, cfg: &Value, ticket: &str) -> String {
+    let member = waitroom::ids::Ticket::parse(ticket)
+        .unwrap()
+        .to_short_member();
+    let crc = crc16::State::<crc16::XMODEM>::calculate(member.as_bytes());
+    let bucket = u32::from(crc) % cfg["index_buckets"].as_u64().unwrap() as u32;
+    if cfg["index_in_line"] == true {
+        return app.keys.numbered(ev).index(bucket);
+    }
+    let tags = cfg["shard_tags"].as_array().unwrap();
+    let tag = tags[bucket as usize % tags.len()].as_str().unwrap();
+    app.keys.index_bucket(tag, bucket)
+}
+
+/// A numbered line created before the index moved into the event's slot keeps it in the
+/// shards' tags: an event whose stored configuration has no `index_in_line` (as that version
+/// wrote it) and a new event beside it are each entered concurrently (everyone twice at once),
+/// entered again, polled
+/// from an instance that never saw the tickets, and left, with exactly the same places; each
+/// index entry is where its event's configuration says, and nowhere else.
+#[tokio::test]
+async fn a_numbered_line_stored_before_the_index_moved_keeps_its_index_in_the_shards() {
+    let prefix = unique("t");
+    let app = spawn_app_with(|c| c.redis.key_prefix = prefix.clone()).await;
+    let other = spawn_app_with(|c| c.redis.key_prefix = prefix.clone()).await;
+    let (old, new) = (unique("e"), unique("e"));
+    for ev in [&old, &new] {
+        app.create_event(
+            ev,
+            json!({"line_form": "numbered", "shards": 4, "admit_per_second": 0}),
+        )
+        .await;
+    }
+    assert_eq!(app.get_event(&new).await["config"]["index_in_line"], true);
+    // Arrange: the old event's configuration as the version before stored it.
+    let mut conn = app.redis.clone();
+    let mut stored = HashMap::new();
+    for ev in [&old, &new] {
+        let raw: String = redis::AsyncCommands::get(&mut conn, app.keys.event_config(ev))
+            .await
+            .unwrap();
+        let mut cfg: Value = serde_json::from_str(&raw).unwrap();
+        if ev == &old {
+            cfg.as_object_mut().unwrap().remove("index_in_line");
+            let () =
+                redis::AsyncCommands::set(&mut conn, app.keys.event_config(ev), cfg.to_string())
+                    .await
+                    .unwrap();
+        }
+        stored.insert(ev.clone(), cfg);
+    }
+    // Past every instance's cache of the configuration.
+    tokio::time::sleep(waitroom::queue::event::CACHE_TTL * 2).await;
+
+    for ev in [&old, &new] {
+        // Everyone enters twice at once (a double click): both answers alike, one place each.
+        let twice = join_all((0..60).map(|i| {
+            let (app, ev) = (&app, ev);
+            async move { app.enter_ok(ev, &format!("u{}", i % 30)).await }
+        }))
+        .await;
+        let (entered, doubles) = twice.split_at(30);
+        for (a, b) in entered.iter().zip(doubles) {
+            assert_eq!(a["ticket"], b["ticket"], "{ev}");
+            assert_eq!(
+                a["position"], b["position"],
+                "{ev}: a double click took two places"
+            );
+        }
+        let mut line: Vec<(u64, String)> = Vec::new();
+        for s in entered {
+            line.push((s["position"].as_u64().unwrap(), ticket_of(s).await));
+        }
+        line.sort();
+        assert_eq!(
+            line.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+            (1..=30).collect::<Vec<u64>>(),
+            "{ev}: one place each"
+        );
+        // Entering again, concurrently, keeps every place and the line's length.
+        let again = join_all((0..30).map(|i| {
+            let (app, ev) = (&app, ev);
+            async move { app.enter_ok(ev, &format!("u{i}")).await }
+        }))
+        .await;
+        for (first, second) in entered.iter().zip(&again) {
+            assert_eq!(first["ticket"], second["ticket"], "{ev}");
+            assert_eq!(
+                first["position"], second["position"],
+                "{ev}: moved on entering again"
+            );
+        }
+        // An instance that has not seen these tickets reads the index.
+        for (p, t) in &line {
+            assert_eq!(other.poll_ok(ev, t).await["position"], *p, "{ev}");
+        }
+        // The tenth leaves: everyone behind moves up one, seen from both instances.
+        assert_eq!(
+            app.leave(ev, &line[9].1).await.status(),
+            StatusCode::NO_CONTENT
+        );
+        assert_eq!(
+            other.poll(ev, &line[9].1).await.status(),
+            StatusCode::NOT_FOUND
+        );
+        for (p, t) in &line[10..] {
+            assert_eq!(other.poll_ok(ev, t).await["position"], p - 1, "{ev}");
+            assert_eq!(app.poll_ok(ev, t).await["position"], p - 1, "{ev}");
+        }
+        // The one who left comes back at the back.
+        let back = app.enter_ok(ev, &by_user_id(entered, &line[9].1)).await;
+        assert_eq!(
+            back["position"], 30,
+            "{ev}: a leaver comes back at the back"
+        );
+        // Each entry where the configuration says.
+        let cfg = &stored[ev];
+        for (_, t) in &line {
+            let key = index_key_of(&app, ev, cfg, t);
+            let n: Option<u64> = redis::cmd("HGET")
+                .arg(&key)
+                .arg(waitroom::ids::Ticket::parse(t).unwrap().to_short_member())
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert!(n.is_some(), "{ev}: no index entry in {key}");
+        }
+        let mut moved = cfg.clone();
+        moved["index_in_line"] = json!(ev != &new);
+        let elsewhere: i64 = redis::cmd("EXISTS")
+            .arg(index_key_of(&app, ev, &moved, &line[0].1))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            elsewhere, 0,
+            "{ev}: an index entry in the other layout's key"
+        );
+    }
+}
+
+/// The user id (`u<i>`) whose enter answer in `entered` (in user order) holds `ticket`.
+fn by_user_id(entered: &[Value], ticket: &str) -> String {
+    let i = entered.iter().position(|s| s["ticket"] == ticket).unwrap();
+    format!("u{i}")
+}

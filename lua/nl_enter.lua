@@ -1,0 +1,66 @@
+-- nl_enter.lua: a batch of enters into a numbered line whose index lives in the event's slot
+-- (`index_in_line`): for each member, its number and standing, in arrival order. Keys: see
+-- lua/numbered_lib.lua (prepended); KEYS[8..] the index buckets the members' entries live in.
+--
+-- ARGV[1]  now, ms
+-- ARGV[2]  active session length, ms
+-- ARGV[3]  the horizon: a new number within this many of the boundary records its entry
+-- ARGV[4]  the records' period, ms (see nl_status.lua)
+-- ARGV[5..] pairs: the member's index bucket (its position in KEYS), the member
+-- Returns  for each member, flat: n, kind, value (nl_status.lua's standing of n: 0 waiting with
+--          its position, 1 admitted at ms)
+--
+-- A member the index already holds keeps its number while that place holds (waiting or
+-- admitted): entering again never moves anyone back. Otherwise (new, or its place is gone: left,
+-- lapsed, removed as abandoned) it takes the counter's next number, at the back. No number is
+-- taken that is not written into the index in the same script, so none is left unheld.
+local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local horizon = tonumber(ARGV[3])
+local period = math.floor(now / tonumber(ARGV[4]))
+-- Nothing departs in this script: the boundary and the departures are read once, and a new
+-- number lies above every departure (only numbers handed out depart).
+local f = redis.call('HMGET', KEYS[1], 'b', 'gb', 't')
+local b, gb, t = tonumber(f[1]) or 1, tonumber(f[2]) or 0, tonumber(f[3]) or 0
+-- A new number is the one after the counter, claimed by HSETNX (the member has none yet), and
+-- the counter then moves to it: the counter is never behind a number in the index, even if the
+-- script stopped half-way (after its first write Redis lets a script's writes through; the GET
+-- below fails first on a counter of the wrong type). A member twice in the batch is answered
+-- the same twice.
+local top = tonumber(redis.call('GET', KEYS[6])) or 0
+local answered = {}
+local out = {}
+for i = 5, #ARGV, 2 do
+  local index, member = KEYS[tonumber(ARGV[i])], ARGV[i + 1]
+  local a = answered[member]
+  if not a then
+    local n, kind, value
+    if redis.call('HSETNX', index, member, top + 1) == 1 then
+      top = redis.call('INCR', KEYS[6])
+      n = top
+    else
+      local held = tonumber(redis.call('HGET', index, member))
+      local s = standing(held, now, ttl)
+      if s[1] ~= 2 then
+        n, kind, value = held, s[1], s[2]
+      else
+        -- The place is gone: a new number at the back.
+        top = redis.call('INCR', KEYS[6])
+        n = top
+        redis.call('HSET', index, member, n)
+      end
+    end
+    if not kind then
+      kind, value = 0, math.max(1, n - b + 1 - (t - gb))
+      if n - b < horizon and record_at(records(n, n), n, n, period) == nil then
+        -- Entered, never polled (as nl_status.lua's 'enter').
+        redis.call('SETRANGE', KEYS[5], 2 * n, cell(false, period))
+      end
+    end
+    a = {n, kind, value}
+    answered[member] = a
+  end
+  out[#out + 1] = a[1]
+  out[#out + 1] = a[2]
+  out[#out + 1] = a[3]
+end
+return out
