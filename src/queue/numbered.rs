@@ -189,12 +189,26 @@ impl Drop for Running {
     }
 }
 
+/// The most enters one batch serves. A script holds its Redis node while it runs (~5 µs per
+/// enter measured, docs/benchmarks.md, "The index in the event's slot"), so a surge of
+/// thousands queued at once goes in scripts of ~1–2 ms, not one long one.
+const MAX_BATCH: usize = 256;
+
+/// The next batch: the first [`MAX_BATCH`] to queue, in order; the rest wait for the next.
+fn next_batch<T>(waiting: &mut Vec<T>) -> Vec<T> {
+    if waiting.len() <= MAX_BATCH {
+        std::mem::take(waiting)
+    } else {
+        waiting.drain(..MAX_BATCH).collect()
+    }
+}
+
 /// Serves the enters waiting on `counter`, batch after batch, until none waits.
 async fn hand_out(store: Arc<Store>, counter: Arc<Counter>, replicas: u32, wait: Duration) {
     let mut unwinding = Running(Some(counter.clone()));
     let probe = format!("{}:replicated", counter.keys.line);
     loop {
-        let batch = std::mem::take(&mut *counter.waiting.lock().unwrap_or_else(|p| p.into_inner()));
+        let batch = next_batch(&mut counter.waiting.lock().unwrap_or_else(|p| p.into_inner()));
         if batch.is_empty() {
             // Ending normally: `running` is this task's to clear or another's to keep.
             unwinding.0 = None;
@@ -794,5 +808,30 @@ impl Queue {
             .arg(cfg.active_ttl_seconds * 1000)
             .invoke_async(&mut self.store.conn())
             .await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_surge_goes_in_batches_of_at_most_max_batch_first_come_first() {
+        let mut waiting: Vec<usize> = (0..600).collect();
+        let mut served = Vec::new();
+        let mut sizes = Vec::new();
+        loop {
+            let batch = next_batch(&mut waiting);
+            if batch.is_empty() {
+                break;
+            }
+            sizes.push(batch.len());
+            served.extend(batch);
+        }
+        assert_eq!(sizes, vec![MAX_BATCH, MAX_BATCH, 600 - 2 * MAX_BATCH]);
+        assert_eq!(served, (0..600).collect::<Vec<_>>());
+        let mut few = vec![1, 2, 3];
+        assert_eq!(next_batch(&mut few), vec![1, 2, 3]);
+        assert!(few.is_empty());
     }
 }

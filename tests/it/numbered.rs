@@ -317,14 +317,9 @@ async fn with_the_capacity_full_an_abandoned_place_at_the_front_stops_counting()
 
 /// The counter's primary dies with numbers that only it had: its replica froze and lost its link
 /// first, people kept entering, then the primary was killed and the stale replica took over.
-/// Nobody may share a number (one place, admitted together, a leave of one departing the
-/// other): an enter uses its number only once a replica holds it, so the enters of the fault
-/// answer 503 (or, had one gone through, its number would be on the replica), without queueing
-/// behind one another's waits, and everyone answered 200 before, during or after holds a place
-/// of their own, exactly 1..=n.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failover_of_the_counters_primary_never_hands_a_number_out_twice() {
-    let mut cluster = RedisProcs::cluster(7120);
+/// An instance on the private `cluster` and a new numbered event on it (4 shards, admission
+/// held back).
+async fn numbered_event_on(cluster: &RedisProcs) -> (TestApp, String) {
     let urls = cluster.urls();
     let app = spawn_app_with(|c| c.redis.nodes = urls).await;
     let ev = unique("e");
@@ -333,6 +328,18 @@ async fn a_failover_of_the_counters_primary_never_hands_a_number_out_twice() {
         json!({"line_form": "numbered", "shards": 4, "admit_per_second": 0}),
     )
     .await;
+    (app, ev)
+}
+
+/// Nobody may share a number (one place, admitted together, a leave of one departing the
+/// other): an enter uses its number only once a replica holds it, so the enters of the fault
+/// answer 503 (or, had one gone through, its number would be on the replica), without queueing
+/// behind one another's waits, and everyone answered 200 before, during or after holds a place
+/// of their own, exactly 1..=n.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_of_the_counters_primary_never_hands_a_number_out_twice() {
+    let mut cluster = RedisProcs::cluster(7120);
+    let (app, ev) = numbered_event_on(&cluster).await;
     let mut early = Vec::new();
     for i in 0..40 {
         early.push(ticket_of(&app.enter_ok(&ev, &format!("early{i}")).await).await);
@@ -805,4 +812,62 @@ async fn a_numbered_line_stored_before_the_index_moved_keeps_its_index_in_the_sh
 fn by_user_id(entered: &[Value], ticket: &str) -> String {
     let i = entered.iter().position(|s| s["ticket"] == ticket).unwrap();
     format!("u{i}")
+}
+
+/// A primary that does not hold the enter script (flushed here, as a node restarted or
+/// promoted without it would be) still takes enters: the batch loads the script there and
+/// sends it again, and nobody is answered 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enters_go_on_when_the_events_primary_lost_its_scripts() {
+    let cluster = RedisProcs::cluster(7130);
+    let (app, ev) = numbered_event_on(&cluster).await;
+    assert_eq!(app.enter_ok(&ev, "first").await["position"], 1);
+    let port = cluster.primary_for_slot(slot(&app.keys.numbered(&ev).seq));
+    let mut node = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let sha = waitroom::redis::scripts::Scripts::new()
+        .nl_enter
+        .get_hash()
+        .to_owned();
+    let exists = |node: &mut redis::aio::MultiplexedConnection| {
+        let mut node = node.clone();
+        let sha = sha.clone();
+        async move {
+            let held: Vec<i64> = redis::cmd("SCRIPT")
+                .arg("EXISTS")
+                .arg(&sha)
+                .query_async(&mut node)
+                .await
+                .unwrap();
+            held
+        }
+    };
+    assert_eq!(exists(&mut node).await, vec![1], "preloaded at start");
+    let () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut node)
+        .await
+        .unwrap();
+    assert_eq!(exists(&mut node).await, vec![0], "flushed");
+
+    let entered = join_all((0..20).map(|i| {
+        let (app, ev) = (&app, &ev);
+        async move { app.enter(ev, &format!("u{i}")).await }
+    }))
+    .await;
+    let mut positions = Vec::new();
+    for r in entered {
+        assert_eq!(r.status(), StatusCode::OK, "an enter after the flush");
+        positions.push(
+            r.json::<Value>().await.unwrap()["position"]
+                .as_u64()
+                .unwrap(),
+        );
+    }
+    positions.sort();
+    assert_eq!(positions, (2..=21).collect::<Vec<u64>>());
+    assert_eq!(exists(&mut node).await, vec![1], "loaded again");
 }
