@@ -122,20 +122,12 @@ struct Taken {
 }
 
 /// Why a batch handed out no numbers.
+#[derive(Clone)]
 enum Shortfall {
     /// The numbers did not reach the replicas in time.
     NotReplicated,
     /// Redis failed: the error's kind and text (a `RedisError` is not `Clone`).
     Redis(redis::ErrorKind, String),
-}
-
-impl Shortfall {
-    fn copy(&self) -> Shortfall {
-        match self {
-            Shortfall::NotReplicated => Shortfall::NotReplicated,
-            Shortfall::Redis(kind, text) => Shortfall::Redis(*kind, text.clone()),
-        }
-    }
 }
 
 /// One counter's enters waiting for a number.
@@ -276,7 +268,7 @@ async fn numbers(
                 n: top - k + 1 + i as u64,
                 standing: None,
             }),
-            Err(e) => Err(e.copy()),
+            Err(e) => Err(e.clone()),
         };
         // An enter given up meanwhile leaves its number unused (a dead number).
         let _ = ask.tx.send(answer);
@@ -294,10 +286,7 @@ async fn enters(
 ) {
     let script = &store.scripts().nl_enter;
     let entries: Vec<&Entry> = batch.iter().filter_map(|a| a.entry.as_ref()).collect();
-    let reply = match entries.last() {
-        Some(last) => enter_batch(store, script, keys, &entries, last, probe, replicas, wait).await,
-        None => Ok(Vec::new()),
-    };
+    let reply = enter_batch(store, script, keys, &entries, probe, replicas, wait).await;
     let answers: Result<Vec<Taken>, Shortfall> = reply.and_then(|r| {
         if r.len() != 3 * batch.len() {
             return Err(Shortfall::Redis(
@@ -326,25 +315,26 @@ async fn enters(
         }
         Err(e) => {
             for ask in batch {
-                let _ = ask.tx.send(Err(e.copy()));
+                let _ = ask.tx.send(Err(e.clone()));
             }
         }
     }
 }
 
-/// Runs `lua/nl_enter.lua` for `entries` (with `last`'s figures), on the replicas when
+/// Runs `lua/nl_enter.lua` for `entries` (with the last one's figures), on the replicas when
 /// configured; loads the script once on NOSCRIPT (a node that does not hold it yet).
-#[allow(clippy::too_many_arguments)]
 async fn enter_batch(
     store: &Store,
     script: &redis::Script,
     keys: &NumberedKeys,
     entries: &[&Entry],
-    last: &Entry,
     probe: &str,
     replicas: u32,
     wait: Duration,
 ) -> Result<Vec<i64>, Shortfall> {
+    let Some(last) = entries.last() else {
+        return Ok(Vec::new());
+    };
     let all = keys.all();
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(script.get_hash()).arg(all.len() + entries.len());
