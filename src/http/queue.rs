@@ -73,7 +73,7 @@ pub(crate) async fn enter_queue(
     }
     // After verification: bad tokens for someone's user id cannot spend that user's budget.
     state.limit(user.as_str(), "user")?;
-    Ok(Json(state.queue.enter(&event, &user).await?))
+    Ok(Json(state.queue.enter_event(&event, &ev, &user).await?))
 }
 
 /// Where a ticket stands now.

@@ -11,11 +11,13 @@ use std::time::Duration;
 
 use axum::extract::connect_info::ConnectInfo;
 use axum::extract::Request;
-use axum::Router;
+use axum::response::Response;
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use std::convert::Infallible;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -35,12 +37,18 @@ pub struct ConnLimits {
 
 /// Serves `app` on `listener` until `shutdown` fires, then stops accepting and waits for the
 /// open connections to finish their requests (the caller bounds that wait).
-pub async fn serve(
+pub async fn serve<S>(
     listener: TcpListener,
-    app: Router,
+    app: S,
     limits: ConnLimits,
     shutdown: CancellationToken,
-) {
+) where
+    S: tower::Service<Request<Incoming>, Response = Response, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = GracefulShutdown::new();
     let mut builder = Builder::new(TokioExecutor::new());
@@ -75,12 +83,10 @@ pub async fn serve(
             },
         };
         let _ = stream.set_nodelay(true);
-        let service = app
-            .clone()
-            .map_request(move |mut req: Request<hyper::body::Incoming>| {
-                req.extensions_mut().insert(ConnectInfo(peer));
-                req
-            });
+        let service = app.clone().map_request(move |mut req: Request<Incoming>| {
+            req.extensions_mut().insert(ConnectInfo(peer));
+            req
+        });
         let conn = builder
             .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service))
             .into_owned();

@@ -238,8 +238,18 @@ impl Queue {
     /// Enters `user` into the line of `event` (or returns where they already stand).
     #[tracing::instrument(skip_all, fields(event = %event))]
     pub async fn enter(&self, event: &EventId, user: &UserId) -> Result<QueueStatus, QueueError> {
-        let mut conn = self.store.conn();
-        let ev = self.events.get(&mut conn, event).await?;
+        let ev = self.event(event).await?;
+        self.enter_event(event, &ev, user).await
+    }
+
+    /// [`Queue::enter`] with the event already read (the enter route reads it first for the
+    /// verified entry: one cache lookup per request, not two).
+    pub async fn enter_event(
+        &self,
+        event: &EventId,
+        ev: &Event,
+        user: &UserId,
+    ) -> Result<QueueStatus, QueueError> {
         match ev.config.state {
             EventState::Open => {}
             EventState::Paused => return Err(QueueError::EventClosed("paused")),
@@ -251,41 +261,39 @@ impl Queue {
             // The line has stopped: say so at once instead of queueing people for nothing. Someone
             // already admitted keeps their session (and token) though.
             let found = match ev.config.line_form {
-                LineForm::Numbered => self.poll_numbered(&ev, &ticket, true).await,
-                LineForm::SortedSets => self.locate(&ev, &ticket, None, false).await,
+                LineForm::Numbered => self.poll_numbered(ev, &ticket, true).await,
+                LineForm::SortedSets => self.locate(ev, &ticket, None, false).await,
             };
             return match found {
                 Ok(admitted @ Standing::Admitted { .. }) => {
-                    Ok(self.view(event, &ev, ticket, admitted))
+                    Ok(self.view(event, ev, ticket, admitted))
                 }
                 Ok(_) | Err(QueueError::UnknownTicket) => {
-                    Ok(self.view(event, &ev, ticket, Standing::SoldOut))
+                    Ok(self.view(event, ev, ticket, Standing::SoldOut))
                 }
                 Err(e) => Err(e),
             };
         }
         if ev.config.line_form == LineForm::Numbered {
             let standing = self
-                .repairing(event, &ev.config, || self.enter_numbered(&ev, &ticket))
+                .repairing(event, &ev.config, || self.enter_numbered(ev, &ticket))
                 .await?;
-            return Ok(self.view(event, &ev, ticket, standing));
+            return Ok(self.view(event, ev, ticket, standing));
         }
         let arrival = self.clock.next();
         let standing = match ev.config.order_source(arrival) {
             StrategyKind::GlobalCounter => {
-                self.repairing(event, &ev.config, || {
-                    self.enter_counted(event, &ev, &ticket)
-                })
-                .await?
+                self.repairing(event, &ev.config, || self.enter_counted(event, ev, &ticket))
+                    .await?
             }
             _ => {
                 self.repairing(event, &ev.config, || {
-                    self.locate(&ev, &ticket, Some(arrival), true)
+                    self.locate(ev, &ticket, Some(arrival), true)
                 })
                 .await?
             }
         };
-        Ok(self.view(event, &ev, ticket, standing))
+        Ok(self.view(event, ev, ticket, standing))
     }
 
     /// Where `ticket` stands now.
