@@ -21,46 +21,60 @@ local period = math.floor(now / tonumber(ARGV[4]))
 -- number lies above every departure (only numbers handed out depart).
 local f = redis.call('HMGET', KEYS[1], 'b', 'gb', 't')
 local b, gb, t = tonumber(f[1]) or 1, tonumber(f[2]) or 0, tonumber(f[3]) or 0
--- A new number is the one after the counter, claimed by HSETNX (the member has none yet), and
--- the counter then moves to it: the counter is never behind a number in the index, even if the
--- script stopped half-way (after its first write Redis lets a script's writes through; the GET
--- below fails first on a counter of the wrong type). A member twice in the batch is answered
--- the same twice.
-local top = tonumber(redis.call('GET', KEYS[6])) or 0
+-- A new number is the one after the counter, claimed by HSETNX (the member has none yet); the
+-- counter is written once, after the loop, to the last number claimed (one command per batch
+-- instead of an INCR per enter: each command a script calls costs ~1-2 us of Redis on the
+-- primary and again on the replica, docs/benchmarks.md, "The enter script's commands"). The
+-- loop runs under pcall, so the counter is written even when a command in it fails part-way
+-- (after its first write Redis lets a script's writes through, and a failed command ends a
+-- script without undoing what it wrote): the counter is never behind a number in the index.
+-- The GET below fails first, before any write, on a counter of the wrong type. A member twice
+-- in the batch is answered the same twice.
+local first = tonumber(redis.call('GET', KEYS[6])) or 0
+local top = first
 local answered = {}
 local out = {}
-for i = 5, #ARGV, 2 do
-  local index, member = KEYS[tonumber(ARGV[i])], ARGV[i + 1]
-  local a = answered[member]
-  if not a then
-    local n, kind, value
-    if redis.call('HSETNX', index, member, top + 1) == 1 then
-      top = redis.call('INCR', KEYS[6])
-      n = top
-    else
-      local held = tonumber(redis.call('HGET', index, member))
-      local s = standing(held, now, ttl)
-      if s[1] ~= 2 then
-        n, kind, value = held, s[1], s[2]
-      else
-        -- The place is gone: a new number at the back.
-        top = redis.call('INCR', KEYS[6])
+local function enter_all()
+  for i = 5, #ARGV, 2 do
+    local index, member = KEYS[tonumber(ARGV[i])], ARGV[i + 1]
+    local a = answered[member]
+    if not a then
+      local n, kind, value
+      if redis.call('HSETNX', index, member, top + 1) == 1 then
+        top = top + 1
         n = top
-        redis.call('HSET', index, member, n)
+      else
+        local held = tonumber(redis.call('HGET', index, member))
+        local s = standing(held, now, ttl)
+        if s[1] ~= 2 then
+          n, kind, value = held, s[1], s[2]
+        else
+          -- The place is gone: a new number at the back.
+          top = top + 1
+          n = top
+          redis.call('HSET', index, member, n)
+        end
       end
-    end
-    if not kind then
-      kind, value = 0, math.max(1, n - b + 1 - (t - gb))
-      if n - b < horizon and record_at(records(n, n), n, n, period) == nil then
-        -- Entered, never polled (as nl_status.lua's 'enter').
-        redis.call('SETRANGE', KEYS[5], 2 * n, cell(false, period))
+      if not kind then
+        kind, value = 0, math.max(1, n - b + 1 - (t - gb))
+        if n - b < horizon and record_at(records(n, n), n, n, period) == nil then
+          -- Entered, never polled (as nl_status.lua's 'enter').
+          redis.call('SETRANGE', KEYS[5], 2 * n, cell(false, period))
+        end
       end
+      a = {n, kind, value}
+      answered[member] = a
     end
-    a = {n, kind, value}
-    answered[member] = a
+    out[#out + 1] = a[1]
+    out[#out + 1] = a[2]
+    out[#out + 1] = a[3]
   end
-  out[#out + 1] = a[1]
-  out[#out + 1] = a[2]
-  out[#out + 1] = a[3]
+end
+local ok, err = pcall(enter_all)
+if top ~= first then
+  redis.call('SET', KEYS[6], top, 'KEEPTTL')
+end
+if not ok then
+  error(err)
 end
 return out

@@ -871,3 +871,64 @@ async fn enters_go_on_when_the_events_primary_lost_its_scripts() {
     assert_eq!(positions, (2..=21).collect::<Vec<u64>>());
     assert_eq!(exists(&mut node).await, vec![1], "loaded again");
 }
+
+/// The enter script writes the counter once, after its loop; a command that fails part-way
+/// through the loop (here `HSETNX` into an index bucket that holds a string) must still leave
+/// the counter at the last number the index holds, or the next enter would be handed that
+/// number again. The script is sent directly with one member in a sound bucket and one in the
+/// broken bucket: it answers the error, the counter stands at the first member's number, and an
+/// enter through the service afterwards gets the next number, not the same one.
+#[tokio::test]
+async fn a_batch_that_fails_part_way_leaves_the_counter_at_the_numbers_it_gave() {
+    let app = spawn_app().await;
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"line_form": "numbered", "shards": 4, "admit_per_second": 0}),
+    )
+    .await;
+    let keys = app.keys.numbered(&ev);
+    let mut conn = app.redis.clone();
+    let (sound, broken) = (keys.index(1), keys.index(2));
+    let () = redis::cmd("SET")
+        .arg(&broken)
+        .arg("not a hash")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let script = waitroom::redis::scripts::Scripts::new().nl_enter;
+    let all = keys.all();
+    let mut invocation = script.prepare_invoke();
+    for key in all {
+        invocation.key(key);
+    }
+    invocation.key(&sound).key(&broken);
+    let (sound_at, broken_at) = (all.len() + 1, all.len() + 2);
+    invocation
+        .arg(waitroom::queue::now_ms())
+        .arg(600_000)
+        .arg(1_000)
+        .arg(15_000)
+        .arg(sound_at)
+        .arg("first-member")
+        .arg(broken_at)
+        .arg("second-member");
+    let answer: Result<Vec<i64>, redis::RedisError> = invocation.invoke_async(&mut conn).await;
+    let err = answer.expect_err("a batch with a broken bucket answers an error");
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    let held: Option<u64> = redis::cmd("HGET")
+        .arg(&sound)
+        .arg("first-member")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(held, Some(1), "the first member took number 1");
+    let counter: Option<u64> = redis::cmd("GET")
+        .arg(&keys.seq)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(counter, Some(1), "the counter stands at the number given");
+    // Number 1 is held (by a member no ticket of the service maps to): the next enter is 2.
+    assert_eq!(app.enter_ok(&ev, "next").await["position"], 2);
+}
