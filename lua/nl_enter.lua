@@ -22,14 +22,14 @@ local period = math.floor(now / tonumber(ARGV[4]))
 local f = redis.call('HMGET', KEYS[1], 'b', 'gb', 't')
 local b, gb, t = tonumber(f[1]) or 1, tonumber(f[2]) or 0, tonumber(f[3]) or 0
 -- A new number is the one after the counter, claimed by HSETNX (the member has none yet); the
--- counter is written once, after the loop, to the last number claimed (one command per batch
--- instead of an INCR per enter: each command a script calls costs ~1-2 us of Redis on the
--- primary and again on the replica, docs/benchmarks.md, "The enter script's commands"). The
--- loop runs under pcall, so the counter is written even when a command in it fails part-way
--- (after its first write Redis lets a script's writes through, and a failed command ends a
--- script without undoing what it wrote): the counter is never behind a number in the index.
--- The GET below fails first, before any write, on a counter of the wrong type. A member twice
--- in the batch is answered the same twice.
+-- counter is written once, after the loop, to the last number claimed: one command per batch
+-- where an INCR per enter cost ~0.6 us of Redis per enter on the primary and ~0.4 us on the
+-- replica (docs/benchmarks.md, "The HTTP layers and the enter script's commands"). The loop
+-- runs under pcall, so the counter is written even when a command in it fails part-way (after
+-- its first write Redis lets a script's writes through, and a failed command ends a script
+-- without undoing what it wrote): the counter is never behind a number in the index. The GET
+-- below fails first, before any write, on a counter of the wrong type. A member twice in the
+-- batch is answered the same twice.
 local first = tonumber(redis.call('GET', KEYS[6])) or 0
 local top = first
 local answered = {}
