@@ -932,3 +932,55 @@ async fn a_batch_that_fails_part_way_leaves_the_counter_at_the_numbers_it_gave()
     // Number 1 is held (by a member no ticket of the service maps to): the next enter is 2.
     assert_eq!(app.enter_ok(&ev, "next").await["position"], 2);
 }
+
+/// A request that outlives its deadline (`WAITROOM_REQUEST_TIMEOUT_SECONDS`) is answered 503
+/// with the contract's body and `Retry-After`, at the deadline, not when the work ends: here a
+/// numbered enter waits for its number to reach a replica that is frozen (the wait allowed is
+/// 8 s, the request's deadline 1 s). The deadline is kept by the per-route service (`Edge` in
+/// src/http/mod.rs), which also counts the answer under its route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_past_its_deadline_is_a_503_with_the_contract_body_at_the_deadline() {
+    let cluster = RedisProcs::cluster(7140);
+    let urls = cluster.urls();
+    let app = spawn_app_with(|c| {
+        c.redis.nodes = urls;
+        c.redis.booking_wait_ms = 8_000;
+        c.http.request_timeout_seconds = 1;
+    })
+    .await;
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"line_form": "numbered", "shards": 4, "admit_per_second": 0}),
+    )
+    .await;
+    assert_eq!(app.enter_ok(&ev, "first").await["position"], 1);
+    let primary = cluster.primary_for_slot(slot(&app.keys.numbered(&ev).seq));
+    let replica = cluster.replica_of(primary);
+    cluster.pause(replica);
+    let started = std::time::Instant::now();
+    let r = app.enter(&ev, "second").await;
+    let took = started.elapsed();
+    cluster.resume(replica);
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(r.headers().contains_key("retry-after"), "no Retry-After");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "unavailable", "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("too long"),
+        "{body}"
+    );
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(4),
+        "answered after {took:?}, not at the 1 s deadline"
+    );
+    let metrics = app.metrics().await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("waitroom_http_requests_total")
+                && l.contains("route=\"/v1/events/{event}/queue\"")
+                && l.contains("status=\"503\"")),
+        "the deadline's 503 is not counted under its route"
+    );
+}
