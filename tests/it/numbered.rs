@@ -320,8 +320,20 @@ async fn with_the_capacity_full_an_abandoned_place_at_the_front_stops_counting()
 /// An instance on the private `cluster` and a new numbered event on it (4 shards, admission
 /// held back).
 async fn numbered_event_on(cluster: &RedisProcs) -> (TestApp, String) {
+    numbered_event_with(cluster, |_| {}).await
+}
+
+/// [`numbered_event_on`] with more of the instance's configuration set by `tweak`.
+async fn numbered_event_with(
+    cluster: &RedisProcs,
+    tweak: impl FnOnce(&mut waitroom::config::Config),
+) -> (TestApp, String) {
     let urls = cluster.urls();
-    let app = spawn_app_with(|c| c.redis.nodes = urls).await;
+    let app = spawn_app_with(|c| {
+        c.redis.nodes = urls;
+        tweak(c);
+    })
+    .await;
     let ev = unique("e");
     app.create_event(
         &ev,
@@ -941,18 +953,10 @@ async fn a_batch_that_fails_part_way_leaves_the_counter_at_the_numbers_it_gave()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_past_its_deadline_is_a_503_with_the_contract_body_at_the_deadline() {
     let cluster = RedisProcs::cluster(7140);
-    let urls = cluster.urls();
-    let app = spawn_app_with(|c| {
-        c.redis.nodes = urls;
+    let (app, ev) = numbered_event_with(&cluster, |c| {
         c.redis.booking_wait_ms = 8_000;
         c.http.request_timeout_seconds = 1;
     })
-    .await;
-    let ev = unique("e");
-    app.create_event(
-        &ev,
-        json!({"line_form": "numbered", "shards": 4, "admit_per_second": 0}),
-    )
     .await;
     assert_eq!(app.enter_ok(&ev, "first").await["position"], 1);
     let primary = cluster.primary_for_slot(slot(&app.keys.numbered(&ev).seq));
