@@ -348,8 +348,8 @@ async fn enter_batch(
         .arg(last.ttl_ms)
         .arg(last.horizon)
         .arg(last.period_ms.max(1));
-    for (i, e) in entries.iter().enumerate() {
-        cmd.arg(all.len() + 1 + i).arg(&e.member);
+    for e in entries {
+        cmd.arg(&e.member);
     }
     for attempt in 0..2 {
         let reply: Result<Vec<i64>, RedisError> = if replicas == 0 {
