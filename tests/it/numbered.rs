@@ -334,13 +334,19 @@ async fn numbered_event_with(
         tweak(c);
     })
     .await;
+    let ev = new_numbered_event(&app).await;
+    (app, ev)
+}
+
+/// A new numbered event (4 shards, admission held back) on `app`'s instance.
+async fn new_numbered_event(app: &TestApp) -> String {
     let ev = unique("e");
     app.create_event(
         &ev,
         json!({"line_form": "numbered", "shards": 4, "admit_per_second": 0}),
     )
     .await;
-    (app, ev)
+    ev
 }
 
 /// Nobody may share a number (one place, admitted together, a leave of one departing the
@@ -884,6 +890,51 @@ async fn enters_go_on_when_the_events_primary_lost_its_scripts() {
     assert_eq!(exists(&mut node).await, vec![1], "loaded again");
 }
 
+/// A numbered event (4 shards, admission held back) on the shared cluster, for the tests that
+/// send the enter script themselves.
+async fn numbered_event() -> (TestApp, String) {
+    let app = spawn_app().await;
+    let ev = new_numbered_event(&app).await;
+    (app, ev)
+}
+
+/// `lua/nl_enter.lua` sent directly as one batch: `(bucket, member)` per enter, in order, with
+/// the figures a default event has (sessions of 10 minutes, a horizon of 1,000 numbers,
+/// records by periods of 15 s).
+async fn enter_script(
+    app: &TestApp,
+    ev: &str,
+    batch: &[(&str, &str)],
+) -> Result<Vec<i64>, redis::RedisError> {
+    let keys = app.keys.numbered(ev);
+    let script = waitroom::redis::scripts::Scripts::new().nl_enter;
+    let mut invocation = script.prepare_invoke();
+    for key in keys.all() {
+        invocation.key(key);
+    }
+    for (bucket, _) in batch {
+        invocation.key(*bucket);
+    }
+    invocation
+        .arg(waitroom::queue::now_ms())
+        .arg(600_000)
+        .arg(1_000)
+        .arg(15_000);
+    for (_, member) in batch {
+        invocation.arg(*member);
+    }
+    invocation.invoke_async(&mut app.redis.clone()).await
+}
+
+/// The numbered line's counter of `ev`, as Redis holds it.
+async fn counter(app: &TestApp, ev: &str) -> Option<u64> {
+    redis::cmd("GET")
+        .arg(&app.keys.numbered(ev).seq)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap()
+}
+
 /// The enter script writes the counter once, after its loop; a command that fails part-way
 /// through the loop (here `HSETNX` into an index bucket that holds a string) must still leave
 /// the counter at the last number the index holds, or the next enter would be handed that
@@ -892,13 +943,7 @@ async fn enters_go_on_when_the_events_primary_lost_its_scripts() {
 /// enter through the service afterwards gets the next number, not the same one.
 #[tokio::test]
 async fn a_batch_that_fails_part_way_leaves_the_counter_at_the_numbers_it_gave() {
-    let app = spawn_app().await;
-    let ev = unique("e");
-    app.create_event(
-        &ev,
-        json!({"line_form": "numbered", "shards": 4, "admit_per_second": 0}),
-    )
-    .await;
+    let (app, ev) = numbered_event().await;
     let keys = app.keys.numbered(&ev);
     let mut conn = app.redis.clone();
     let (sound, broken) = (keys.index(1), keys.index(2));
@@ -908,21 +953,12 @@ async fn a_batch_that_fails_part_way_leaves_the_counter_at_the_numbers_it_gave()
         .query_async(&mut conn)
         .await
         .unwrap();
-    let script = waitroom::redis::scripts::Scripts::new().nl_enter;
-    let all = keys.all();
-    let mut invocation = script.prepare_invoke();
-    for key in all {
-        invocation.key(key);
-    }
-    invocation.key(&sound).key(&broken);
-    invocation
-        .arg(waitroom::queue::now_ms())
-        .arg(600_000)
-        .arg(1_000)
-        .arg(15_000)
-        .arg("first-member")
-        .arg("second-member");
-    let answer: Result<Vec<i64>, redis::RedisError> = invocation.invoke_async(&mut conn).await;
+    let answer = enter_script(
+        &app,
+        &ev,
+        &[(&sound, "first-member"), (&broken, "second-member")],
+    )
+    .await;
     let err = answer.expect_err("a batch with a broken bucket answers an error");
     assert!(err.to_string().contains("WRONGTYPE"), "{err}");
     let held: Option<u64> = redis::cmd("HGET")
@@ -932,12 +968,11 @@ async fn a_batch_that_fails_part_way_leaves_the_counter_at_the_numbers_it_gave()
         .await
         .unwrap();
     assert_eq!(held, Some(1), "the first member took number 1");
-    let counter: Option<u64> = redis::cmd("GET")
-        .arg(&keys.seq)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(counter, Some(1), "the counter stands at the number given");
+    assert_eq!(
+        counter(&app, &ev).await,
+        Some(1),
+        "the counter stands at the number given"
+    );
     // Number 1 is held (by a member no ticket of the service maps to): the next enter is 2.
     assert_eq!(app.enter_ok(&ev, "next").await["position"], 2);
 }
@@ -950,40 +985,24 @@ async fn a_batch_that_fails_part_way_leaves_the_counter_at_the_numbers_it_gave()
 /// that is gone and given a new number at the back.
 #[tokio::test]
 async fn a_member_twice_in_one_batch_is_answered_the_same_twice() {
-    let app = spawn_app().await;
-    let ev = unique("e");
-    app.create_event(
-        &ev,
-        json!({"line_form": "numbered", "shards": 4, "admit_per_second": 0}),
-    )
-    .await;
+    let (app, ev) = numbered_event().await;
     assert_eq!(app.enter_ok(&ev, "before").await["position"], 1);
     let keys = app.keys.numbered(&ev);
     let bucket = keys.index(5);
-    let script = waitroom::redis::scripts::Scripts::new().nl_enter;
-    let mut invocation = script.prepare_invoke();
-    for key in keys.all() {
-        invocation.key(key);
-    }
-    invocation.key(&bucket).key(&bucket).key(&bucket);
-    invocation
-        .arg(waitroom::queue::now_ms())
-        .arg(600_000)
-        .arg(1_000)
-        .arg(15_000)
-        .arg("twice")
-        .arg("once")
-        .arg("twice");
-    let mut conn = app.redis.clone();
-    let answer: Vec<i64> = invocation.invoke_async(&mut conn).await.unwrap();
+    let answer = enter_script(
+        &app,
+        &ev,
+        &[(&bucket, "twice"), (&bucket, "once"), (&bucket, "twice")],
+    )
+    .await
+    .unwrap();
     // Flat (number, kind, value) per member: kind 0 is waiting, value its position.
     assert_eq!(answer, vec![2, 0, 2, 3, 0, 3, 2, 0, 2]);
-    let counter: Option<u64> = redis::cmd("GET")
-        .arg(&keys.seq)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(counter, Some(3), "two numbers taken for three enters");
+    assert_eq!(
+        counter(&app, &ev).await,
+        Some(3),
+        "two numbers taken for three enters"
+    );
     assert_eq!(app.enter_ok(&ev, "after").await["position"], 4);
 }
 
