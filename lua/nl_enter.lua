@@ -33,7 +33,7 @@ local b, gb, t = tonumber(f[1]) or 1, tonumber(f[2]) or 0, tonumber(f[3]) or 0
 -- batch is answered the same twice.
 --
 -- The loop allocates no table per enter and converts no argument with tonumber: both cost
--- Redis instructions per enter (28.4k → 23.5k per enter of the script, counted under callgrind;
+-- Redis instructions per enter (~28.4k → ~23.5k per enter of the script, `scripts/bench-enter-script`;
 -- docs/benchmarks.md, "The enter script's instructions").
 local first = tonumber(redis.call('GET', KEYS[6])) or 0
 local top = first
