@@ -650,3 +650,45 @@ async fn a_slow_client_is_cut_off_and_connections_are_capped() {
         .expect("served once the idle connections were cut off");
     assert_eq!(later.status(), StatusCode::OK);
 }
+
+/// A body that stops arriving (the slow-loris of request bodies: headers promise 40 bytes, 10
+/// come, then nothing) is answered 400 with the contract's error body once the read deadline
+/// (`WAITROOM_READ_TIMEOUT_SECONDS`) passes, well before the request's own deadline, and
+/// the connection is closed; the instance serves the next client as before.
+#[tokio::test]
+async fn a_body_that_stops_arriving_is_a_400_at_the_read_deadline() {
+    let app = spawn_app_with(|c| {
+        c.http.read_timeout_seconds = 1;
+        c.http.request_timeout_seconds = 20;
+    })
+    .await;
+    let ev = unique("e");
+    app.create_event(&ev, json!({"shards": 2})).await;
+    let addr = app.base.trim_start_matches("http://").to_owned();
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /v1/events/{ev}/queue HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: 40\r\n\r\n{{\"user_id\""
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    let started = Instant::now();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), slow.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the stalled body was not cut off within 10 s");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        "answered after {took:?}"
+    );
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let body: Value = serde_json::from_str(body).expect("the 400's body is JSON");
+    assert_eq!(body["error"], "bad_request", "{body}");
+    assert!(
+        body["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+    // The next client is served.
+    assert_eq!(app.enter_ok(&ev, "next").await["position"], 1);
+}
