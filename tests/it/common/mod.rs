@@ -366,13 +366,21 @@ pub async fn assert_error(r: Response, status: StatusCode, code: &str) -> Value 
     body
 }
 
-/// A port nothing listens on right now.
+/// A port nothing listens on right now, for a process a test starts on it a moment later.
+///
+/// Taken below the kernel's ephemeral range (32768–60999 by default), never from it: a port the
+/// kernel handed out (`bind` to port 0) and released is free again for any outgoing
+/// connection's local end, and with the tests' thousands of Redis and HTTP connections one
+/// took such a port before the broker's proxy could listen on it (CI, "Address already in
+/// use"). Ports below that range are only ever taken by a listener that asks for them.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    const LOW: u16 = 20_000;
+    const SPAN: u16 = 12_000;
+    let start = rand::random_range(0..SPAN);
+    (0..SPAN)
+        .map(|i| LOW + (start + i) % SPAN)
+        .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        .expect("a free port between 20000 and 31999")
 }
 
 /// The stack's PostgreSQL (`WAITROOM_DATABASE_URL`).
