@@ -80,10 +80,12 @@ pub struct AppStateParts {
 /// its handles instead of allocating two label sets and looking both up in the registry. The
 /// labels are interned `&'static str`s ([`intern`]), so the map holds at most a few thousand
 /// entries (routes × methods × statuses seen); past [`RequestMetrics::MAX`] a request records
-/// through the registry as before.
+/// through the registry as before. Hashed with foldhash, as [`intern`]'s set: the keys are the
+/// service's own bounded labels, so SipHash's defence against chosen keys buys nothing
+/// (docs/benchmarks.md, "Hashing on the request path").
 #[derive(Default)]
 pub struct RequestMetrics {
-    handles: std::sync::RwLock<std::collections::HashMap<RequestLabels, RequestHandles>>,
+    handles: std::sync::RwLock<foldhash::HashMap<RequestLabels, RequestHandles>>,
 }
 
 type RequestLabels = (&'static str, &'static str, &'static str);
@@ -318,7 +320,7 @@ fn method_label(method: &axum::http::Method) -> &'static str {
 /// bounded sets it is used on: route templates, methods and status codes (hyper accepts
 /// extension methods, so those fold into one value).
 fn intern(value: &str) -> &'static str {
-    use std::collections::HashSet;
+    use foldhash::HashSet;
     use std::sync::{OnceLock, RwLock};
     const METHODS: [&str; 9] = [
         "GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "CONNECT", "TRACE",

@@ -13,7 +13,6 @@
 //! it in the shards' tags: there an enter writes its index entry after the shared number, and
 //! a poll of an unknown ticket reads the index first.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -94,7 +93,8 @@ pub(super) fn numbered_horizon(cfg: &EventConfig) -> u64 {
 pub(crate) struct Durable {
     replicas: u32,
     wait: Duration,
-    events: Mutex<HashMap<String, Arc<Counter>>>,
+    /// By counter key; looked up by every enter (foldhash: the keys are the service's own).
+    events: Mutex<foldhash::HashMap<String, Arc<Counter>>>,
 }
 
 /// One enter's part of a batch: with `entry`, its index entry and standing too (a line whose
@@ -144,7 +144,7 @@ impl Durable {
         Durable {
             replicas,
             wait,
-            events: Mutex::new(HashMap::new()),
+            events: Mutex::default(),
         }
     }
 

@@ -16,6 +16,7 @@
 //! waiting, or leaving, is forgotten.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;
 
 use crate::ids::Ticket;
@@ -28,10 +29,40 @@ pub const DEFAULT_ENTRIES: usize = 1 << 20;
 /// meet on a lock.
 const STRIPES: usize = 64;
 
+/// A ticket's hash in a stripe's map: its two halves folded together, no hashing.
+///
+/// A ticket is HMAC output under the server's key, and only tickets Redis found in the line are
+/// ever remembered, so nobody can choose keys that collide; the default SipHash bought nothing
+/// here (docs/benchmarks.md, "Hashing on the request path"). Both halves are folded because each
+/// has bits that do not vary: the stripe's (the low 6), a UUID's version nibble (bits 76–79) and
+/// its variant (bits 62–63); the map takes its bucket from the hash's low bits and a tag from its
+/// top 7.
+#[derive(Default)]
+struct TicketHasher(u64);
+
+impl Hasher for TicketHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write_u128(&mut self, key: u128) {
+        self.0 ^= (key >> 64) as u64 ^ key as u64;
+    }
+
+    /// Not reached (the maps are keyed by `u128`); a plain FNV-1a, to be correct if it were.
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+type Stripe<V> = HashMap<u128, V, BuildHasherDefault<TicketHasher>>;
+
 /// Tickets' last read scores, bounded (or another small value per ticket: a numbered line's
 /// place, see `numbered.rs`).
 pub struct ScoreCache<V = f64> {
-    stripes: Vec<Mutex<HashMap<u128, V>>>,
+    stripes: Vec<Mutex<Stripe<V>>>,
     per_stripe: usize,
 }
 
@@ -39,12 +70,14 @@ impl<V: Copy> ScoreCache<V> {
     /// A cache of at most `entries` scores (0 turns it off: every lookup misses).
     pub fn new(entries: usize) -> Self {
         ScoreCache {
-            stripes: (0..STRIPES).map(|_| Mutex::new(HashMap::new())).collect(),
+            stripes: (0..STRIPES)
+                .map(|_| Mutex::new(Stripe::default()))
+                .collect(),
             per_stripe: entries.div_ceil(STRIPES),
         }
     }
 
-    fn stripe(&self, key: u128) -> &Mutex<HashMap<u128, V>> {
+    fn stripe(&self, key: u128) -> &Mutex<Stripe<V>> {
         // Tickets are HMAC output: any bits are as good as a hash of them.
         &self.stripes[(key as usize) % STRIPES]
     }
@@ -110,6 +143,40 @@ mod tests {
         Ticket::from_uuid(uuid::Uuid::from_u128(
             i.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835),
         ))
+    }
+
+    #[test]
+    fn tickets_of_one_stripe_spread_over_the_maps_buckets_and_tags() {
+        use std::hash::BuildHasher as _;
+        // Tickets as the server makes them (version-8 UUIDs of random bytes), only those of
+        // stripe 0: the low 6 bits, the version nibble and the variant bits are all fixed.
+        let build = BuildHasherDefault::<TicketHasher>::default();
+        let hashes: Vec<u64> = (0u32..)
+            .map(|i| {
+                let mut bytes = [0u8; 16];
+                let mut x = u64::from(i).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32;
+                for b in &mut bytes {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    *b = x as u8;
+                }
+                uuid::Uuid::new_v8(bytes).as_u128()
+            })
+            .filter(|k| (*k as usize).is_multiple_of(STRIPES))
+            .take(1 << 14)
+            .map(|k| build.hash_one(k))
+            .collect();
+        // A table of 2^14 buckets indexes by the low 14 bits; each of them, and each of the
+        // top 7 (the tag), must vary, or most buckets would stay empty.
+        for bit in (0..14).chain(57..64) {
+            let ones = hashes.iter().filter(|h| *h >> bit & 1 == 1).count();
+            assert!(
+                (6_000..10_400).contains(&ones),
+                "bit {bit} is set in {ones} of {} hashes",
+                hashes.len()
+            );
+        }
     }
 
     #[test]
