@@ -179,6 +179,27 @@ pub fn router(
             timeout,
         })
         .with_state(state);
+    around(routes, body_timeout)
+}
+
+/// The layers around the whole router (see [`router`]): a panic answered 500 with the
+/// contract's body, the body limit, the trace, the body deadline. Generic in the request body
+/// so a test can drive it with routes of its own.
+fn around<B>(
+    routes: Router,
+    body_timeout: Duration,
+) -> impl tower::Service<
+    Request<B>,
+    Response = Response,
+    Error = std::convert::Infallible,
+    Future = impl std::future::Future<Output = Result<Response, std::convert::Infallible>> + Send,
+> + Clone
+       + Send
+       + 'static
+where
+    B: axum::body::HttpBody<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
     tower::ServiceBuilder::new()
         .map_response(|r: axum::http::Response<_>| r.map(axum::body::Body::new))
         .layer(CatchPanicLayer::custom(|_| {
@@ -352,6 +373,41 @@ fn intern(value: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_handler_that_panics_is_a_500_with_the_contract_body_and_the_next_request_is_served()
+    {
+        use tower::ServiceExt as _;
+        let routes = Router::new()
+            .route(
+                "/boom",
+                axum::routing::get(|| async {
+                    if std::hint::black_box(true) {
+                        panic!("a handler's bug, on purpose");
+                    }
+                    "unreachable"
+                }),
+            )
+            .route("/fine", axum::routing::get(|| async { "fine" }));
+        let app = around::<axum::body::Body>(routes, Duration::from_secs(5));
+        let get = |path: &str| {
+            axum::http::Request::get(path)
+                .body(axum::body::Body::empty())
+                .unwrap()
+        };
+        let resp = app.clone().oneshot(get("/boom")).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = axum::body::to_bytes(resp.into_body(), 1024).await.unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({"error": "internal", "message": "internal error"})
+        );
+        let resp = app.oneshot(get("/fine")).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let body = axum::body::to_bytes(resp.into_body(), 1024).await.unwrap();
+        assert_eq!(&body[..], b"fine");
+    }
 
     #[test]
     fn a_503_is_logged_as_a_warning_and_every_other_failure_as_an_error() {
