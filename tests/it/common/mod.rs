@@ -358,12 +358,17 @@ where
 pub async fn assert_error(r: Response, status: StatusCode, code: &str) -> Value {
     assert_eq!(r.status(), status, "expected {status} {code}");
     let body: Value = r.json().await.expect("error body is JSON");
+    assert_error_body(&body, code);
+    body
+}
+
+/// Asserts the contract's error body: the `error` code, and a message.
+pub fn assert_error_body(body: &Value, code: &str) {
     assert_eq!(body["error"], code, "{body}");
     assert!(
         body["message"].as_str().is_some_and(|m| !m.is_empty()),
         "{body}"
     );
-    body
 }
 
 /// A port nothing listens on right now, for a process a test starts on it a moment later.
