@@ -130,11 +130,85 @@ enum Shortfall {
     Redis(redis::ErrorKind, String),
 }
 
+/// A queue that at most one task serves at a time: whoever queues onto an idle one starts the
+/// task ([`Served::push`]), and the task takes what queued until it finds nothing
+/// ([`Serving::next`]).
+struct Served<T> {
+    items: Mutex<Vec<T>>,
+    /// True while a task serves this queue.
+    running: AtomicBool,
+}
+
+impl<T> Served<T> {
+    fn new() -> Arc<Self> {
+        Arc::new(Served {
+            items: Mutex::new(Vec::new()),
+            running: AtomicBool::new(false),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<T>> {
+        self.items.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `item`; true when no task serves the queue: the caller is to start one.
+    fn push(&self, item: T) -> bool {
+        self.lock().push(item);
+        !self.running.swap(true, Ordering::AcqRel)
+    }
+}
+
+/// A task's hold on a [`Served`] queue. Should the task end without finding the queue empty (a
+/// panic), what is queued is dropped (an enter's sender dropped: a 503) and the next push starts
+/// a task again, instead of every later enter waiting for a task that is gone.
+struct Serving<T> {
+    queue: Arc<Served<T>>,
+    armed: bool,
+}
+
+impl<T> Serving<T> {
+    fn new(queue: Arc<Served<T>>) -> Self {
+        Serving { queue, armed: true }
+    }
+
+    /// The next items, the first `max` to queue, in order; None when none is left and the task
+    /// is to end.
+    fn next(&mut self, max: usize) -> Option<Vec<T>> {
+        loop {
+            let taken = {
+                let mut items = self.queue.lock();
+                if items.len() <= max {
+                    std::mem::take(&mut *items)
+                } else {
+                    items.drain(..max).collect()
+                }
+            };
+            if !taken.is_empty() {
+                return Some(taken);
+            }
+            // Ending: `running` is this task's to clear or another's to keep.
+            self.queue.running.store(false, Ordering::Release);
+            // Something may have queued after the take and seen this task still running.
+            if self.queue.lock().is_empty() || self.queue.running.swap(true, Ordering::AcqRel) {
+                self.armed = false;
+                return None;
+            }
+        }
+    }
+}
+
+impl<T> Drop for Serving<T> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.queue.lock().clear();
+            self.queue.running.store(false, Ordering::Release);
+        }
+    }
+}
+
 /// One counter's enters waiting for a number.
 struct Counter {
-    waiting: Mutex<Vec<Ask>>,
-    /// True while a task hands out numbers for this counter.
-    running: AtomicBool,
+    waiting: Arc<Served<Ask>>,
     /// The line's keys (fixed for a counter: both come from the event's id).
     keys: NumberedKeys,
 }
@@ -158,26 +232,11 @@ impl Durable {
             .entry(keys.seq.clone())
             .or_insert_with(|| {
                 Arc::new(Counter {
-                    waiting: Mutex::new(Vec::new()),
-                    running: AtomicBool::new(false),
+                    waiting: Served::new(),
                     keys: keys.clone(),
                 })
             })
             .clone()
-    }
-}
-
-/// Ends a counter's batch task should it end without returning (a panic): the enters queued
-/// are answered (503, their senders dropped) and the next enter starts a task again, instead of
-/// every later enter waiting for a task that is gone.
-struct Running(Option<Arc<Counter>>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(c) = self.0.take() {
-            c.waiting.lock().unwrap_or_else(|p| p.into_inner()).clear();
-            c.running.store(false, Ordering::Release);
-        }
     }
 }
 
@@ -186,38 +245,11 @@ impl Drop for Running {
 /// thousands queued at once goes in scripts of ~1–2 ms, not one long one.
 const MAX_BATCH: usize = 256;
 
-/// The next batch: the first [`MAX_BATCH`] to queue, in order; the rest wait for the next.
-fn next_batch<T>(waiting: &mut Vec<T>) -> Vec<T> {
-    if waiting.len() <= MAX_BATCH {
-        std::mem::take(waiting)
-    } else {
-        waiting.drain(..MAX_BATCH).collect()
-    }
-}
-
 /// Serves the enters waiting on `counter`, batch after batch, until none waits.
 async fn hand_out(store: Arc<Store>, counter: Arc<Counter>, replicas: u32, wait: Duration) {
-    let mut unwinding = Running(Some(counter.clone()));
+    let mut serving = Serving::new(counter.waiting.clone());
     let probe = format!("{}:replicated", counter.keys.line);
-    loop {
-        let batch = next_batch(&mut counter.waiting.lock().unwrap_or_else(|p| p.into_inner()));
-        if batch.is_empty() {
-            // Ending normally: `running` is this task's to clear or another's to keep.
-            unwinding.0 = None;
-            counter.running.store(false, Ordering::Release);
-            // An enter may have queued after the take and seen this task still running.
-            if counter
-                .waiting
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .is_empty()
-                || counter.running.swap(true, Ordering::AcqRel)
-            {
-                return;
-            }
-            unwinding.0 = Some(counter.clone());
-            continue;
-        }
+    while let Some(batch) = serving.next(MAX_BATCH) {
         // One layout per event; both kinds in one batch only if an event was created anew.
         let (entries, plain): (Vec<Ask>, Vec<Ask>) =
             batch.into_iter().partition(|a| a.entry.is_some());
@@ -446,12 +478,7 @@ impl Queue {
         let d = &self.numbers;
         let counter = d.counter(&ev.numbered);
         let (tx, rx) = oneshot::channel();
-        counter
-            .waiting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Ask { entry, tx });
-        if !counter.running.swap(true, Ordering::AcqRel) {
+        if counter.waiting.push(Ask { entry, tx }) {
             tokio::spawn(hand_out(self.store.clone(), counter, d.replicas, d.wait));
         }
         match rx.await {
@@ -807,21 +834,45 @@ mod tests {
 
     #[test]
     fn a_surge_goes_in_batches_of_at_most_max_batch_first_come_first() {
-        let mut waiting: Vec<usize> = (0..600).collect();
+        let queue = Served::new();
+        let started: Vec<bool> = (0..600).map(|i| queue.push(i)).collect();
+        // Only the first push finds no task: it starts the one that serves them all.
+        assert_eq!(started.iter().filter(|s| **s).count(), 1);
+        assert!(started[0]);
+        let mut serving = Serving::new(queue.clone());
         let mut served = Vec::new();
         let mut sizes = Vec::new();
-        loop {
-            let batch = next_batch(&mut waiting);
-            if batch.is_empty() {
-                break;
-            }
+        while let Some(batch) = serving.next(MAX_BATCH) {
             sizes.push(batch.len());
             served.extend(batch);
         }
         assert_eq!(sizes, vec![MAX_BATCH, MAX_BATCH, 600 - 2 * MAX_BATCH]);
         assert_eq!(served, (0..600).collect::<Vec<_>>());
-        let mut few = vec![1, 2, 3];
-        assert_eq!(next_batch(&mut few), vec![1, 2, 3]);
-        assert!(few.is_empty());
+        // The task ended: the next push starts one again, and it takes what is there.
+        assert!(queue.push(1));
+        assert!(!queue.push(2));
+        let mut serving = Serving::new(queue.clone());
+        assert_eq!(serving.next(MAX_BATCH), Some(vec![1, 2]));
+        assert_eq!(serving.next(MAX_BATCH), None);
+    }
+
+    #[test]
+    fn a_task_that_ends_without_emptying_its_queue_lets_the_next_push_start_one() {
+        let queue = Served::new();
+        assert!(queue.push(1));
+        {
+            let mut serving = Serving::new(queue.clone());
+            assert_eq!(serving.next(1), Some(vec![1]));
+            assert!(!queue.push(2));
+            // Dropped here, as a task that panicked drops it: 2 is never served by it.
+        }
+        assert!(
+            queue.lock().is_empty(),
+            "what was queued is dropped (its enters answer 503)"
+        );
+        assert!(queue.push(3), "the next push starts a task");
+        let mut serving = Serving::new(queue.clone());
+        assert_eq!(serving.next(MAX_BATCH), Some(vec![3]));
+        assert_eq!(serving.next(MAX_BATCH), None);
     }
 }
