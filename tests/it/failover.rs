@@ -339,17 +339,10 @@ async fn enter_until_ok(app: &TestApp, ev: &str, user: &str) -> (String, usize) 
     }
 }
 
-/// The numbered line's own failover: its counter, index, figures and admission all live in the
-/// event's slot, so this kills the one primary that serves all of them, mid-sale, with enters
-/// going on up to the kill, admission flowing, and its replica 300 ms behind (frozen). Clients see 200 or 503
-/// with Retry-After; polls come back with the failover, enters once the promoted primary has a
-/// replica again. Unlike the sorted-set line, where the last moment's
-/// entries may be lost, no enter answered 200 is lost: an enter is answered only once a replica
-/// holds its number. At the end the line is exactly everyone answered 200, in the order they
-/// entered: a prefix admitted, the rest waiting at places 1..k.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killing_the_numbered_events_primary_mid_sale_loses_no_enter_answered_200() {
-    let mut cluster = RedisProcs::cluster(7150);
+/// A service on `cluster` with a numbered event: 300 people entered one after another, admitted
+/// 10 a second with room for all, nobody judged abandoned during the test. Returns the
+/// service, the event, the 300 tickets in order, and the number admitted once at least 10 are.
+async fn numbered_sale(cluster: &RedisProcs) -> (Arc<TestApp>, String, Vec<String>, u64) {
     let urls = cluster.urls();
     let app = Arc::new(spawn_app_with(|c| c.redis.nodes = urls).await);
     let ev = unique("e");
@@ -361,72 +354,49 @@ async fn killing_the_numbered_events_primary_mid_sale_loses_no_enter_answered_20
     )
     .await;
     let early = line(&app, &ev, "u", 300).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let late = {
-        let (app, ev, stop) = (app.clone(), ev.clone(), stop.clone());
-        tokio::spawn(async move {
-            let (mut answered, mut refused) = (Vec::new(), 0);
-            let mut i = 0;
-            while !stop.load(Ordering::Relaxed) {
-                let (t, r) = enter_until_ok(&app, &ev, &format!("late{i}")).await;
-                answered.push(t);
-                refused += r;
-                i += 1;
-            }
-            (answered, refused)
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let victim = cluster.primary_for_slot(slot(&app.keys.numbered(&ev).seq));
-    let replica = cluster.replica_of(victim);
-    let admitted_before = eventually(Duration::from_secs(20), "admission flows", || async {
+    let admitted = eventually(Duration::from_secs(20), "admission flows", || async {
         let n = admitted_total(&app, &ev).await;
         (n >= 10).then_some(n)
     })
     .await;
-    // The replica falls behind: frozen and its link cut, while enters and ticks go on against
-    // the primary alone for 300 ms; then the primary dies, and the replica wakes to take over.
-    cluster.pause(replica);
-    cluster.cut_replicas(victim);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    cluster.kill(victim);
-    let killed_at = Instant::now();
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    cluster.resume(replica);
-    let seen = poll_through(&app, &ev, &early, Duration::from_secs(40)).await;
-    assert_clean(&seen);
-    report("numbered failover: polls back", killed_at, &seen);
-    // The promoted replica has no replica of its own, so it cannot hold a number twice: every
-    // enter answers 503 until the operator gives it one (the dead node replaced by a fresh
-    // replica, as in the counter's failover test).
-    tokio::task::block_in_place(|| {
-        cluster.wait_primary(replica, Duration::from_secs(30));
-        cluster.replace_as_replica(victim, replica);
-    });
-    eprintln!(
-        "numbered failover: a replica again {:?} after the kill",
-        killed_at.elapsed()
-    );
+    (app, ev, early, admitted)
+}
+
+/// Enters `late0`, `late1`, … one after another, each until 200 ([`enter_until_ok`]), until
+/// `stop`. Yields the tickets in order and the 503s met on the way.
+fn enters_until(
+    app: &Arc<TestApp>,
+    ev: &str,
+    stop: &Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<(Vec<String>, usize)> {
+    let (app, ev, stop) = (app.clone(), ev.to_owned(), stop.clone());
+    tokio::spawn(async move {
+        let (mut answered, mut refused) = (Vec::new(), 0);
+        let mut i = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let (t, r) = enter_until_ok(&app, &ev, &format!("late{i}")).await;
+            answered.push(t);
+            refused += r;
+            i += 1;
+        }
+        (answered, refused)
+    })
+}
+
+/// The end of a numbered failover: admission goes on (10 more than `before`), then, admission
+/// held, everyone answered 200 (`everyone`, in the order they entered) is still known (no 404)
+/// and the line is one admitted prefix, longer than `before`, then places 1..k in that order:
+/// nobody lost, nobody sharing a place.
+async fn assert_numbered_line(app: &TestApp, ev: &str, everyone: &[&String], before: u64) {
     eventually(Duration::from_secs(20), "admission resumed", || async {
-        (admitted_total(&app, &ev).await > admitted_before + 10).then_some(())
+        (admitted_total(app, ev).await > before + 10).then_some(())
     })
     .await;
-    stop.store(true, Ordering::Relaxed);
-    let (late, refused) = late.await.unwrap();
-    eprintln!(
-        "numbered failover: {} late enters answered 200 ({refused} answers 503 on the way), {} admitted before the kill",
-        late.len(),
-        admitted_before
-    );
-
-    // Admission held, then everyone is read: nobody answered 200 is missing (404), and the
-    // line is one prefix admitted, then places 1..k in the order of entering.
-    app.update_event(&ev, json!({"admit_per_second": 0})).await;
+    app.update_event(ev, json!({"admit_per_second": 0})).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let everyone: Vec<&String> = early.iter().chain(&late).collect();
     let mut statuses = Vec::new();
-    for t in &everyone {
-        let r = app.poll(&ev, t).await;
+    for t in everyone {
+        let r = app.poll(ev, t).await;
         assert_eq!(
             r.status(),
             StatusCode::OK,
@@ -461,8 +431,116 @@ async fn killing_the_numbered_events_primary_mid_sale_loses_no_enter_answered_20
             .collect::<Vec<_>>()
     );
     assert!(
-        admitted as u64 > admitted_before,
-        "admitted after the failover: {admitted}, before: {admitted_before}"
+        admitted as u64 > before,
+        "admitted after the failover: {admitted}, before: {before}"
+    );
+}
+
+/// The numbered line's own failover: its counter, index, figures and admission all live in the
+/// event's slot, so this kills the one primary that serves all of them, mid-sale, with enters
+/// going on up to the kill, admission flowing, and its replica 300 ms behind (frozen). Clients
+/// see 200 or 503 with Retry-After; polls come back with the failover, enters once the promoted
+/// primary has a replica again. Unlike the sorted-set line, where the last moment's entries may
+/// be lost, no enter answered 200 is lost: an enter is answered only once a replica holds its
+/// number ([`assert_numbered_line`]).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_numbered_events_primary_mid_sale_loses_no_enter_answered_200() {
+    let mut cluster = RedisProcs::cluster(7150);
+    let (app, ev, early, admitted_before) = numbered_sale(&cluster).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let late = enters_until(&app, &ev, &stop);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let victim = cluster.primary_for_slot(slot(&app.keys.numbered(&ev).seq));
+    let replica = cluster.replica_of(victim);
+    // The replica falls behind: frozen and its link cut, while enters and ticks go on against
+    // the primary alone for 300 ms; then the primary dies, and the replica wakes to take over.
+    cluster.pause(replica);
+    cluster.cut_replicas(victim);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cluster.kill(victim);
+    let killed_at = Instant::now();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    cluster.resume(replica);
+    let seen = poll_through(&app, &ev, &early, Duration::from_secs(40)).await;
+    assert_clean(&seen);
+    report("numbered failover: polls back", killed_at, &seen);
+    // The promoted replica has no replica of its own, so it cannot hold a number twice: every
+    // enter answers 503 until the operator gives it one (the dead node replaced by a fresh
+    // replica, as in the counter's failover test).
+    tokio::task::block_in_place(|| {
+        cluster.wait_primary(replica, Duration::from_secs(30));
+        cluster.replace_as_replica(victim, replica);
+    });
+    eprintln!(
+        "numbered failover: a replica again {:?} after the kill",
+        killed_at.elapsed()
+    );
+    // Enters answered 200 again before the end (the loop enters until 200, a minute at most).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (late, refused) = late.await.unwrap();
+    eprintln!(
+        "numbered failover: {} late enters answered 200 ({refused} answers 503 on the way), {admitted_before} admitted before the kill",
+        late.len()
     );
     assert!(refused > 0, "the enters felt the fault");
+    let everyone: Vec<&String> = early.iter().chain(&late).collect();
+    assert_numbered_line(&app, &ev, &everyone, admitted_before).await;
+}
+
+/// The frozen-primary test on a numbered event: the event's primary stopped (SIGSTOP) for 10 s
+/// mid-sale, longer than the node timeout, so its replica takes over and the old primary wakes
+/// demoted, as the new primary's replica. Every answer comes within the Redis bound (no hang),
+/// as 200 or 503 with Retry-After; enters come back without an operator (the woken node is the
+/// replica that acknowledges), and the line afterwards is exact ([`assert_numbered_line`]).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_numbered_primary_gives_503_not_a_hang_and_enters_resume_when_it_thaws() {
+    let cluster = RedisProcs::cluster(7160);
+    let (app, ev, early, admitted_before) = numbered_sale(&cluster).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let late = enters_until(&app, &ev, &stop);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let victim = cluster.primary_for_slot(slot(&app.keys.numbered(&ev).seq));
+    cluster.pause(victim);
+    let frozen_at = Instant::now();
+    let thaw = {
+        let cluster = &cluster;
+        async move {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            cluster.resume(victim);
+        }
+    };
+    let (seen, ()) = tokio::join!(
+        poll_through(&app, &ev, &early, Duration::from_secs(40)),
+        thaw
+    );
+    assert_clean(&seen);
+    assert!(
+        seen.slowest < Duration::from_secs(8),
+        "an answer took {:?} while a node hung",
+        seen.slowest
+    );
+    report("frozen numbered primary: polls back", frozen_at, &seen);
+    // Enters come back once the woken node replicates the promoted one.
+    let entered = enters_back_after(&app, &ev, frozen_at).await;
+    stop.store(true, Ordering::Relaxed);
+    let (late, refused) = late.await.unwrap();
+    eprintln!(
+        "frozen numbered primary: {} late enters answered 200 ({refused} answers 503 on the way), enters back {entered:?} after the freeze began",
+        late.len()
+    );
+    assert!(refused > 0, "the enters felt the fault");
+    let everyone: Vec<&String> = early.iter().chain(&late).collect();
+    assert_numbered_line(&app, &ev, &everyone, admitted_before).await;
+}
+
+/// Waits (30 s at most) until an enter answers 200 again; returns how long after `since` that
+/// was. The enter is the last early user's again: it takes the batch's path (script and `WAIT`)
+/// and keeps that user's place, so the line does not grow.
+async fn enters_back_after(app: &TestApp, ev: &str, since: Instant) -> Duration {
+    eventually(Duration::from_secs(30), "enters answered again", || async {
+        let r = app.enter(ev, "u299").await;
+        (r.status() == StatusCode::OK).then(|| since.elapsed())
+    })
+    .await
 }
