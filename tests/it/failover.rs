@@ -256,6 +256,40 @@ async fn killing_a_primary_gives_503_during_failover_then_service_resumes_with_n
     }
 }
 
+/// Freezes the primary on `victim` (SIGSTOP) for 10 s, longer than the cluster's node timeout
+/// (2 s), so its replica takes over meanwhile and the old primary wakes up to find itself
+/// demoted, while every tenth of `tickets` polls through ([`poll_through`]). Checks what clients
+/// saw: only 200 or 503 with Retry-After, and no hang. Returns when the freeze began.
+async fn freeze_through(
+    cluster: &RedisProcs,
+    victim: u16,
+    app: &TestApp,
+    ev: &str,
+    tickets: &[String],
+    what: &str,
+) -> Instant {
+    cluster.pause(victim);
+    let frozen_at = Instant::now();
+    let thaw = async {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        cluster.resume(victim);
+    };
+    let (seen, ()) = tokio::join!(
+        poll_through(app, ev, tickets, Duration::from_secs(40)),
+        thaw
+    );
+    assert_clean(&seen);
+    // A hang is answered, not waited out: every Redis command is bounded (6.5 s here: twice the
+    // tests' 3 s response timeout, plus 500 ms); nobody waits for the 10 s freeze to end.
+    assert!(
+        seen.slowest < Duration::from_secs(8),
+        "an answer took {:?} while a node hung",
+        seen.slowest
+    );
+    report(what, frozen_at, &seen);
+    frozen_at
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_primary_gives_503_not_a_hang_and_service_resumes_when_it_thaws() {
     let cluster = RedisProcs::cluster(7110);
@@ -263,30 +297,15 @@ async fn a_frozen_primary_gives_503_not_a_hang_and_service_resumes_when_it_thaws
     tokio::time::sleep(Duration::from_secs(1)).await;
     let tags = app.shard_tags(&ev).await;
     let victim = cluster.primary_for_slot(slot(&app.keys.shard(&tags[0]).waiting));
-    // Frozen for 10 s: longer than the cluster's node timeout (2 s), so its replica takes over
-    // meanwhile, and the old primary wakes up to find itself demoted.
-    cluster.pause(victim);
-    let frozen_at = Instant::now();
-    let thaw = {
-        let cluster = &cluster;
-        async move {
-            tokio::time::sleep(Duration::from_secs(10)).await;
-            cluster.resume(victim);
-        }
-    };
-    let (seen, ()) = tokio::join!(
-        poll_through(&app, &ev, &tickets, Duration::from_secs(40)),
-        thaw
-    );
-    assert_clean(&seen);
-    // A hang is answered, not waited out: every Redis command is bounded (2.5 s here), and a
-    // request sends a few; nobody waits for the 10 s freeze to end.
-    assert!(
-        seen.slowest < Duration::from_secs(8),
-        "an answer took {:?} while a node hung",
-        seen.slowest
-    );
-    report("frozen primary: service back", frozen_at, &seen);
+    freeze_through(
+        &cluster,
+        victim,
+        &app,
+        &ev,
+        &tickets,
+        "frozen primary: service back",
+    )
+    .await;
     assert_line_intact(&app, &ev, &tickets).await;
     // Requests sent straight to the frozen primary timed out and were answered so (503), not
     // sent again (the slowest answer above shows no doubled wait).
@@ -501,26 +520,15 @@ async fn a_frozen_numbered_primary_gives_503_not_a_hang_and_enters_resume_when_i
     let late = enters_until(&app, &ev, &stop);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let victim = cluster.primary_for_slot(slot(&app.keys.numbered(&ev).seq));
-    cluster.pause(victim);
-    let frozen_at = Instant::now();
-    let thaw = {
-        let cluster = &cluster;
-        async move {
-            tokio::time::sleep(Duration::from_secs(10)).await;
-            cluster.resume(victim);
-        }
-    };
-    let (seen, ()) = tokio::join!(
-        poll_through(&app, &ev, &early, Duration::from_secs(40)),
-        thaw
-    );
-    assert_clean(&seen);
-    assert!(
-        seen.slowest < Duration::from_secs(8),
-        "an answer took {:?} while a node hung",
-        seen.slowest
-    );
-    report("frozen numbered primary: polls back", frozen_at, &seen);
+    let frozen_at = freeze_through(
+        &cluster,
+        victim,
+        &app,
+        &ev,
+        &early,
+        "frozen numbered primary: polls back",
+    )
+    .await;
     // Enters come back once the woken node replicates the promoted one.
     let entered = enters_back_after(&app, &ev, frozen_at).await;
     stop.store(true, Ordering::Relaxed);
