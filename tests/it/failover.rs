@@ -37,6 +37,9 @@ struct Seen {
     retry_after: Vec<u64>,
     /// Slowest answer.
     slowest: Duration,
+    /// From the start of the polling to the start of the round whose answers were all 200:
+    /// when service was back.
+    back: Duration,
 }
 
 /// Polls every tenth ticket until every answer is 200 again after the fault was felt, or
@@ -45,6 +48,7 @@ async fn poll_through(app: &TestApp, ev: &str, tickets: &[String], limit: Durati
     let started = Instant::now();
     let mut seen = Seen::default();
     loop {
+        let round_began = started.elapsed();
         let mut all_ok = true;
         for t in tickets.iter().step_by(10) {
             let sent = Instant::now();
@@ -63,6 +67,7 @@ async fn poll_through(app: &TestApp, ev: &str, tickets: &[String], limit: Durati
             all_ok &= r.status() == StatusCode::OK;
         }
         if all_ok && felt(&seen) {
+            seen.back = round_began;
             return seen;
         }
         assert!(started.elapsed() < limit, "no recovery: {seen:?}");
@@ -94,11 +99,12 @@ fn assert_clean(seen: &Seen) {
     );
 }
 
-/// Prints what clients saw, from the fault's start.
-fn report(what: &str, since: Instant, seen: &Seen) {
+/// Prints what clients saw, from the fault's start (`polled`: how long after the fault the
+/// polling began).
+fn report(what: &str, polled: Duration, seen: &Seen) {
     eprintln!(
         "{what} {:?} after the fault; answers {:?}; slowest {:?}",
-        since.elapsed(),
+        polled + seen.back,
         seen.statuses,
         seen.slowest
     );
@@ -201,12 +207,11 @@ async fn killing_a_primary_gives_503_during_failover_then_service_resumes_with_n
     let victim = cluster.primary_for_slot(slot(&app.keys.shard(&tags[0]).waiting));
     let admitted_before = active(&app, &flowing).await;
     cluster.kill(victim);
-    let killed_at = Instant::now();
     let seen = poll_through(&app, &ev, &tickets, Duration::from_secs(40)).await;
     stop.store(true, Ordering::Relaxed);
     let late = late.await.unwrap();
     assert_clean(&seen);
-    report("failover: service back", killed_at, &seen);
+    report("failover: service back", Duration::ZERO, &seen);
     // Everyone who entered a second before the kill is still in line, in order, 1..200.
     assert_line_intact(&app, &ev, &tickets).await;
     // Entries of the last moment on the killed primary may be lost (asynchronous replication;
@@ -286,7 +291,7 @@ async fn freeze_through(
         "an answer took {:?} while a node hung",
         seen.slowest
     );
-    report(what, frozen_at, &seen);
+    report(what, Duration::ZERO, &seen);
     frozen_at
 }
 
@@ -480,9 +485,10 @@ async fn killing_the_numbered_events_primary_mid_sale_loses_no_enter_answered_20
     let killed_at = Instant::now();
     tokio::time::sleep(Duration::from_millis(700)).await;
     cluster.resume(replica);
+    let polled = killed_at.elapsed();
     let seen = poll_through(&app, &ev, &early, Duration::from_secs(40)).await;
     assert_clean(&seen);
-    report("numbered failover: polls back", killed_at, &seen);
+    report("numbered failover: polls back", polled, &seen);
     // The promoted replica has no replica of its own, so it cannot hold a number twice: every
     // enter answers 503 until the operator gives it one (the dead node replaced by a fresh
     // replica, as in the counter's failover test).
