@@ -407,6 +407,31 @@ fn enters_until(
     })
 }
 
+/// Stops the enters of [`enters_until`] (`stop`, `late`), checks they met the fault (a 503 on
+/// the way), and checks the whole line, `early` then the late enters
+/// ([`assert_numbered_line`]).
+async fn end_numbered_sale(
+    app: &TestApp,
+    ev: &str,
+    early: &[String],
+    (stop, late): (
+        Arc<AtomicBool>,
+        tokio::task::JoinHandle<(Vec<String>, usize)>,
+    ),
+    admitted_before: u64,
+    what: &str,
+) {
+    stop.store(true, Ordering::Relaxed);
+    let (late, refused) = late.await.unwrap();
+    eprintln!(
+        "{what} {} late enters answered 200 ({refused} answers 503 on the way), {admitted_before} admitted before the fault",
+        late.len()
+    );
+    assert!(refused > 0, "the enters felt the fault");
+    let everyone: Vec<&String> = early.iter().chain(&late).collect();
+    assert_numbered_line(app, ev, &everyone, admitted_before).await;
+}
+
 /// The end of a numbered failover: admission goes on (10 more than `before`), then, admission
 /// held, everyone answered 200 (`everyone`, in the order they entered) is still known (no 404)
 /// and the line is one admitted prefix, longer than `before`, then places 1..k in that order:
@@ -502,15 +527,8 @@ async fn killing_the_numbered_events_primary_mid_sale_loses_no_enter_answered_20
     );
     // Enters answered 200 again before the end (the loop enters until 200, a minute at most).
     tokio::time::sleep(Duration::from_secs(1)).await;
-    stop.store(true, Ordering::Relaxed);
-    let (late, refused) = late.await.unwrap();
-    eprintln!(
-        "numbered failover: {} late enters answered 200 ({refused} answers 503 on the way), {admitted_before} admitted before the kill",
-        late.len()
-    );
-    assert!(refused > 0, "the enters felt the fault");
-    let everyone: Vec<&String> = early.iter().chain(&late).collect();
-    assert_numbered_line(&app, &ev, &everyone, admitted_before).await;
+    let numbered = "numbered failover:";
+    end_numbered_sale(&app, &ev, &early, (stop, late), admitted_before, numbered).await;
 }
 
 /// The frozen-primary test on a numbered event: the event's primary stopped (SIGSTOP) for 10 s
@@ -537,15 +555,9 @@ async fn a_frozen_numbered_primary_gives_503_not_a_hang_and_enters_resume_when_i
     .await;
     // Enters come back once the woken node replicates the promoted one.
     let entered = enters_back_after(&app, &ev, frozen_at).await;
-    stop.store(true, Ordering::Relaxed);
-    let (late, refused) = late.await.unwrap();
-    eprintln!(
-        "frozen numbered primary: {} late enters answered 200 ({refused} answers 503 on the way), enters back {entered:?} after the freeze began",
-        late.len()
-    );
-    assert!(refused > 0, "the enters felt the fault");
-    let everyone: Vec<&String> = early.iter().chain(&late).collect();
-    assert_numbered_line(&app, &ev, &everyone, admitted_before).await;
+    eprintln!("frozen numbered primary: enters back {entered:?} after the freeze began");
+    let frozen = "frozen numbered primary:";
+    end_numbered_sale(&app, &ev, &early, (stop, late), admitted_before, frozen).await;
 }
 
 /// Waits (30 s at most) until an enter answers 200 again; returns how long after `since` that
