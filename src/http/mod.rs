@@ -22,7 +22,6 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::classify::ServerErrorsFailureClass;
-use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 use tracing::{Level, Span};
 
@@ -210,8 +209,77 @@ where
         }))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TraceLayer::new_for_http().on_failure(log_failure))
-        .layer(RequestBodyTimeoutLayer::new(body_timeout))
+        .map_request(move |r: Request<B>| r.map(|body| DeadlineBody::new(body, body_timeout)))
         .service(routes)
+}
+
+pin_project_lite::pin_project! {
+    /// A request body that must keep coming: once a read of it waits, its next frame is due
+    /// within the deadline, else the read fails (a 400 from the JSON extractor). tower-http's
+    /// `TimeoutBody` starts a timer at every read, waiting or not (two per enter: its JSON,
+    /// then the end); this one starts it only when a read has to wait, so a body that came
+    /// with its headers costs no timer (docs/benchmarks.md, "A body deadline without a timer").
+    struct DeadlineBody<B> {
+        #[pin]
+        body: B,
+        #[pin]
+        sleep: Option<tokio::time::Sleep>,
+        deadline: Duration,
+    }
+}
+
+impl<B> DeadlineBody<B> {
+    fn new(body: B, deadline: Duration) -> Self {
+        DeadlineBody {
+            body,
+            sleep: None,
+            deadline,
+        }
+    }
+}
+
+/// A request body whose next frame did not come within the body deadline.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive in time")]
+struct BodyTooSlow;
+
+impl<B> hyper::body::Body for DeadlineBody<B>
+where
+    B: hyper::body::Body,
+    B::Error: Into<axum::BoxError>,
+{
+    type Data = B::Data;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<B::Data>, axum::BoxError>>> {
+        use std::future::Future as _;
+        use std::task::Poll;
+        let mut this = self.project();
+        if let Poll::Ready(frame) = this.body.poll_frame(cx) {
+            this.sleep.set(None);
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        if this.sleep.is_none() {
+            this.sleep.set(Some(tokio::time::sleep(*this.deadline)));
+        }
+        if let Some(sleep) = this.sleep.as_pin_mut() {
+            if sleep.poll(cx).is_ready() {
+                return Poll::Ready(Some(Err(BodyTooSlow.into())));
+            }
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// How loud a failed answer is in the log. A 503 is the service refusing on purpose: a back end
@@ -407,6 +475,62 @@ mod tests {
         assert_eq!(resp.status(), StatusCode::OK);
         let body = axum::body::to_bytes(resp.into_body(), 1024).await.unwrap();
         assert_eq!(&body[..], b"fine");
+    }
+
+    #[tokio::test]
+    async fn a_body_that_stops_coming_is_a_400_at_its_deadline_and_one_that_keeps_coming_is_read() {
+        use futures::StreamExt as _;
+        use tower::ServiceExt as _;
+        let routes = Router::new().route(
+            "/echo",
+            axum::routing::post(
+                |ApiJson(v): ApiJson<serde_json::Value>| async move { axum::Json(v) },
+            ),
+        );
+        let app = around::<axum::body::Body>(routes, Duration::from_millis(300));
+        // Parts sent `ms` after the one before; with `end` false the body then stays open.
+        let post = |parts: Vec<(u64, &'static str)>, end: bool| {
+            let parts = futures::stream::iter(parts).then(|(ms, s)| async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok::<_, std::io::Error>(axum::body::Bytes::from_static(s.as_bytes()))
+            });
+            let parts = if end {
+                parts.boxed()
+            } else {
+                parts.chain(futures::stream::pending()).boxed()
+            };
+            axum::http::Request::post("/echo")
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from_stream(parts))
+                .unwrap()
+        };
+        // Three parts 200 ms apart: 400 ms in all, each part within the 300 ms deadline.
+        let resp = app
+            .clone()
+            .oneshot(post(vec![(0, "{\"a\":"), (200, "1"), (200, "}")], true))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let body = axum::body::to_bytes(resp.into_body(), 1024).await.unwrap();
+        assert_eq!(&body[..], br#"{"a":1}"#);
+        // Half a body, then nothing: a 400 once the deadline has passed.
+        let started = Instant::now();
+        let resp = tokio::time::timeout(
+            Duration::from_secs(5),
+            app.oneshot(post(vec![(0, "{\"a\":")], false)),
+        )
+        .await
+        .expect("the body deadline did not end the read")
+        .unwrap();
+        let waited = started.elapsed();
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+        assert!(
+            waited >= Duration::from_millis(290) && waited < Duration::from_secs(3),
+            "answered after {waited:?}"
+        );
+        let body = axum::body::to_bytes(resp.into_body(), 1024).await.unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"], "bad_request");
     }
 
     #[test]
