@@ -216,8 +216,9 @@ pub struct RedisConfig {
     )]
     pub score_cache_entries: usize,
     /// How long (ms) each instance computes a numbered line's waiting positions from the
-    /// figures it last read (one script per event per this long, instead of one per poll far
-    /// from the front); a position is then exact as of that read. 0: every poll runs its
+    /// figures it last read (one script per event per three quarters of this long, read while
+    /// the kept figures still answer, instead of one per poll far from the front); a position
+    /// is then exact as of a read at most this long ago. 0: every poll runs its
     /// script (docs/numbered-line.md, "Polls without a round trip").
     #[arg(
         long = "numbered-snapshot-ms",

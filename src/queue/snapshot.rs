@@ -16,9 +16,13 @@
 //! a booking. A tick or a leave through this instance forgets the snapshot at once, so this
 //! instance's own changes show in its next answer; other instances' show within the age.
 //!
-//! One poll at a time reads stale figures and the polls arriving meanwhile wait for its read,
-//! so an event costs one script per age per instance, whatever the polls (a failed read is not
-//! tried again within the age: the polls take their scripts, which answer for the fault).
+//! One poll at a time reads the figures; while they are within three quarters of the age
+//! every other poll answers from them, and past it the reading poll alone waits while the
+//! others keep answering from the kept figures (still within the age). Only when the figures
+//! have aged out or been forgotten do the polls arriving during the read wait for it. So an
+//! event costs one script per three quarters of the age per instance, whatever the polls (a
+//! failed read is not tried again within the age: the polls take their scripts, which answer
+//! for the fault).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -163,11 +167,13 @@ struct Slot {
 type Kept = (Instant, u64, Arc<LineFigures>);
 
 impl Slot {
-    fn fresh(&self, max_age: Duration) -> Option<Arc<LineFigures>> {
+    /// The kept figures and their age, while under `max_age` and read since this instance's
+    /// last change.
+    fn fresh(&self, max_age: Duration) -> Option<(Arc<LineFigures>, Duration)> {
         let generation = self.generation.load(Ordering::Acquire);
         match &*self.current.read().unwrap_or_else(|p| p.into_inner()) {
             Some((at, g, figures)) if *g == generation && at.elapsed() < max_age => {
-                Some(figures.clone())
+                Some((figures.clone(), at.elapsed()))
             }
             _ => None,
         }
@@ -206,10 +212,17 @@ impl Snapshots {
             .clone()
     }
 
+    /// Figures past this age are read anew by one caller while the others keep using them.
+    fn renew_after(&self) -> Duration {
+        self.max_age * 3 / 4
+    }
+
     /// The figures of `line`: the kept ones while fresh, else read with `read` by one caller
-    /// while the others wait for its read (one read per age, however many polls). `None` when
-    /// snapshots are off or the read failed (then no one reads again for an age: the polls
-    /// take their scripts, which answer for the fault themselves).
+    /// while the others wait for its read (one read per age, however many polls). Past three
+    /// quarters of the age one caller reads them anew while the others keep answering from the
+    /// kept ones, still within the age: under a steady stream of polls only the reader waits
+    /// for a read. `None` when snapshots are off or the read failed (then no one reads again
+    /// for an age: the polls take their scripts, which answer for the fault themselves).
     pub async fn figures<F, R>(&self, line: &str, read: F) -> Option<Arc<LineFigures>>
     where
         F: FnOnce() -> R,
@@ -219,14 +232,40 @@ impl Snapshots {
             return None;
         }
         let slot = self.slot(line);
-        if let Some(f) = slot.fresh(self.max_age) {
-            return Some(f);
+        if let Some((kept, age)) = slot.fresh(self.max_age) {
+            if age < self.renew_after() {
+                return Some(kept);
+            }
+            let Ok(reading) = slot.reading.try_lock() else {
+                return Some(kept);
+            };
+            // Read anew by the caller before, between the look and the lock.
+            if let Some((f, age)) = slot.fresh(self.max_age) {
+                if age < self.renew_after() {
+                    return Some(f);
+                }
+            }
+            return Some(self.read_into(&slot, reading, read).await.unwrap_or(kept));
         }
-        let mut failed = slot.reading.lock().await;
+        let reading = slot.reading.lock().await;
         // Read by the caller before, while this one waited.
-        if let Some(f) = slot.fresh(self.max_age) {
+        if let Some((f, _)) = slot.fresh(self.max_age) {
             return Some(f);
         }
+        self.read_into(&slot, reading, read).await
+    }
+
+    /// Reads the figures into `slot` unless a read failed within the age.
+    async fn read_into<F, R>(
+        &self,
+        slot: &Slot,
+        mut failed: tokio::sync::MutexGuard<'_, Option<Instant>>,
+        read: F,
+    ) -> Option<Arc<LineFigures>>
+    where
+        F: FnOnce() -> R,
+        R: std::future::Future<Output = Option<LineFigures>>,
+    {
         if failed.is_some_and(|at| at.elapsed() < self.max_age) {
             return None;
         }
@@ -399,6 +438,42 @@ mod tests {
             "tried again after the age"
         );
         assert_eq!(reads.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn past_three_quarters_of_the_age_one_poll_reads_and_the_others_keep_the_figures() {
+        let s = Snapshots::new(Duration::from_millis(1000));
+        let reads = AtomicU64::new(0);
+        read(&s, &reads, true).await;
+        // Past 750 ms, under 1,000.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let reader = s.figures("l", || async {
+            reads.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            done.store(true, Ordering::SeqCst);
+            Some(line(1, 11, &[]))
+        });
+        let others = async {
+            // Let the reader take the read first.
+            tokio::task::yield_now().await;
+            let got = futures::future::join_all((0..20).map(|_| read(&s, &reads, true))).await;
+            (got, done.load(Ordering::SeqCst))
+        };
+        let (new, (old, read_over)) = tokio::join!(reader, others);
+        assert_eq!(
+            new.map(|f| f.seq),
+            Some(11),
+            "the reader gets the new figures"
+        );
+        assert!(
+            old.iter().all(|f| f.as_ref().is_some_and(|f| f.seq == 10)),
+            "the others answered from the kept figures"
+        );
+        assert!(!read_over, "without waiting for the read");
+        assert_eq!(reads.load(Ordering::SeqCst), 2, "one read anew");
+        assert_eq!(read(&s, &reads, true).await.map(|f| f.seq), Some(11));
+        assert_eq!(reads.load(Ordering::SeqCst), 2, "the new figures are kept");
     }
 
     #[tokio::test]
