@@ -316,3 +316,55 @@ async fn an_event_stored_before_the_short_member_keeps_the_hyphenated_one() {
         "admitted"
     );
 }
+
+/// An instance's cached event configuration is read anew by one request once it is past three
+/// quarters of its age, while it still answers, so that under steady traffic no request waits
+/// for the read when it would have expired. Here a request just past the first read's age finds
+/// the renewed copy (it still shows the configuration as it was before another instance changed
+/// it; without the renewal it reads the change), and the change shows within the cache's age.
+#[tokio::test]
+async fn a_cached_configuration_is_read_anew_before_it_expires_and_a_change_shows_within_its_age() {
+    use std::time::{Duration, Instant};
+    use waitroom::queue::event::{EventStore, CACHE_TTL};
+    let app = spawn_app().await;
+    let ev = unique("e");
+    app.create_event(&ev, json!({"shards": 2, "admit_per_second": 7}))
+        .await;
+    let id = waitroom::ids::EventId::parse(&ev).unwrap();
+    // This test's instance: its own cache, the service's keys and Redis.
+    let store = EventStore::new(app.keys.clone());
+    let mut conn = app.redis.clone();
+    let t0 = Instant::now();
+    let rate = |e: Arc<waitroom::queue::event::Event>| e.config.admit_per_second;
+    assert_eq!(rate(store.get(&mut conn, &id).await.unwrap()), 7.0);
+    // Past three quarters of the age (375 ms), within it (500 ms): this request reads anew.
+    tokio::time::sleep_until((t0 + Duration::from_millis(400)).into()).await;
+    assert_eq!(rate(store.get(&mut conn, &id).await.unwrap()), 7.0);
+    // Another instance changes the configuration.
+    let key = app.keys.event_config(&ev);
+    let stored: String = redis::AsyncCommands::get(&mut conn, &key).await.unwrap();
+    let mut cfg: serde_json::Value = serde_json::from_str(&stored).unwrap();
+    cfg["admit_per_second"] = json!(9.0);
+    let () = redis::AsyncCommands::set(&mut conn, &key, cfg.to_string())
+        .await
+        .unwrap();
+    let changed = Instant::now();
+    // Past the first read's age, within the renewed copy's.
+    tokio::time::sleep_until((t0 + Duration::from_millis(650)).into()).await;
+    assert_eq!(
+        rate(store.get(&mut conn, &id).await.unwrap()),
+        7.0,
+        "the copy read at 400 ms answers; without it this request read Redis"
+    );
+    // The change shows within the cache's age (a margin for a loaded machine).
+    loop {
+        if rate(store.get(&mut conn, &id).await.unwrap()) == 9.0 {
+            break;
+        }
+        assert!(
+            changed.elapsed() < CACHE_TTL + Duration::from_millis(300),
+            "the change did not show within the cache's age"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
