@@ -509,7 +509,7 @@ const CACHE_CAPACITY: u64 = 10_000;
 /// A bounded, single-flight cache (moka): when an entry expires under load, one request reads
 /// Redis and the others wait for its answer instead of all reading at once. Unknown ids are
 /// cached too (as `None`), so a flood of made-up event ids costs Redis one read per id per
-/// [`CACHE_TTL`]. A failed read is remembered for [`FAILED_REFRESH_BACKOFF`]: requests meanwhile
+/// [`RENEW_AFTER`] to [`CACHE_TTL`]. A failed read is remembered for [`FAILED_REFRESH_BACKOFF`]: requests meanwhile
 /// answer 503 at once instead of each trying Redis again in turn.
 ///
 /// Past [`RENEW_AFTER`] one request reads an entry anew while the others keep answering from
@@ -557,13 +557,18 @@ impl EventStore {
         if let Some(cached) = self.cache.get(event).await {
             if cached.at.elapsed() >= RENEW_AFTER && !cached.renewing.swap(true, Ordering::AcqRel) {
                 let changes = self.changes.load(Ordering::Acquire);
-                // A failed read leaves this entry in use until it expires; then the read
-                // below answers for the fault.
-                if let Ok(fresh) = self.read(conn, event).await {
-                    if self.changes.load(Ordering::Acquire) == changes {
-                        self.cache.insert(event.clone(), fresh.clone()).await;
+                match self.read(conn, event).await {
+                    Ok(fresh) => {
+                        if self.changes.load(Ordering::Acquire) == changes {
+                            self.cache.insert(event.clone(), fresh.clone()).await;
+                        }
+                        return fresh.event.clone().ok_or(QueueError::UnknownEvent);
                     }
-                    return fresh.event.clone().ok_or(QueueError::UnknownEvent);
+                    // A read that failed slowly: this copy is past its age now.
+                    Err(e) if cached.at.elapsed() >= CACHE_TTL => return Err(e),
+                    // The others keep this copy until it expires; then the read below
+                    // answers for the fault.
+                    Err(_) => {}
                 }
             }
             return cached.event.clone().ok_or(QueueError::UnknownEvent);

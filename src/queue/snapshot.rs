@@ -245,7 +245,12 @@ impl Snapshots {
                     return Some(f);
                 }
             }
-            return Some(self.read_into(&slot, reading, read).await.unwrap_or(kept));
+            // A read that failed: the kept figures while still within the age (a slow
+            // failure may have outlasted it).
+            return self
+                .read_into(&slot, reading, read)
+                .await
+                .or_else(|| slot.fresh(self.max_age).map(|(f, _)| f));
         }
         let reading = slot.reading.lock().await;
         // Read by the caller before, while this one waited.
