@@ -4,9 +4,8 @@
 //! one. Instances cache it for [`CACHE_TTL`] at most: an admin change (a new strategy, a pause)
 //! reaches every instance within that time — the contract asks for one second.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use moka::future::Cache;
 
@@ -25,10 +24,6 @@ const FAILED_REFRESH_BACKOFF: Duration = Duration::from_millis(500);
 
 /// How long an instance may use a cached configuration.
 pub const CACHE_TTL: Duration = Duration::from_millis(500);
-
-/// Past this age one request reads a cached configuration anew while the others keep using it
-/// (still within [`CACHE_TTL`]), so that under steady traffic no request waits for the read.
-const RENEW_AFTER: Duration = Duration::from_millis(375);
 
 /// Whether people may enter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -509,26 +504,12 @@ const CACHE_CAPACITY: u64 = 10_000;
 /// A bounded, single-flight cache (moka): when an entry expires under load, one request reads
 /// Redis and the others wait for its answer instead of all reading at once. Unknown ids are
 /// cached too (as `None`), so a flood of made-up event ids costs Redis one read per id per
-/// [`RENEW_AFTER`] to [`CACHE_TTL`]. A failed read is remembered for [`FAILED_REFRESH_BACKOFF`]: requests meanwhile
+/// [`CACHE_TTL`]. A failed read is remembered for [`FAILED_REFRESH_BACKOFF`]: requests meanwhile
 /// answer 503 at once instead of each trying Redis again in turn.
-///
-/// Past [`RENEW_AFTER`] one request reads an entry anew while the others keep answering from
-/// it, still within [`CACHE_TTL`]: only an entry that expired (no request for a while) makes
-/// the requests arriving during its read wait for it.
 pub struct EventStore {
     keys: Keys,
-    cache: Cache<EventId, Arc<Cached>>,
+    cache: Cache<EventId, Option<Arc<Event>>>,
     failed: Cache<EventId, ()>,
-    /// Moved by every change this instance saves: a read begun before it is not kept.
-    changes: AtomicU64,
-}
-
-/// One cached configuration (`None`: no such event), when its read began, and whether a
-/// request is reading it anew.
-struct Cached {
-    at: Instant,
-    event: Option<Arc<Event>>,
-    renewing: AtomicBool,
 }
 
 impl EventStore {
@@ -544,7 +525,6 @@ impl EventStore {
                 .max_capacity(CACHE_CAPACITY)
                 .time_to_live(FAILED_REFRESH_BACKOFF)
                 .build(),
-            changes: AtomicU64::new(0),
         }
     }
 
@@ -555,23 +535,7 @@ impl EventStore {
         event: &EventId,
     ) -> Result<Arc<Event>, QueueError> {
         if let Some(cached) = self.cache.get(event).await {
-            if cached.at.elapsed() >= RENEW_AFTER && !cached.renewing.swap(true, Ordering::AcqRel) {
-                let changes = self.changes.load(Ordering::Acquire);
-                match self.read(conn, event).await {
-                    Ok(fresh) => {
-                        if self.changes.load(Ordering::Acquire) == changes {
-                            self.cache.insert(event.clone(), fresh.clone()).await;
-                        }
-                        return fresh.event.clone().ok_or(QueueError::UnknownEvent);
-                    }
-                    // A read that failed slowly: this copy is past its age now.
-                    Err(e) if cached.at.elapsed() >= CACHE_TTL => return Err(e),
-                    // The others keep this copy until it expires; then the read below
-                    // answers for the fault.
-                    Err(_) => {}
-                }
-            }
-            return cached.event.clone().ok_or(QueueError::UnknownEvent);
+            return cached.ok_or(QueueError::UnknownEvent);
         }
         if self.failed.contains_key(event) {
             return Err(QueueError::Redis(redis::RedisError::from((
@@ -584,7 +548,7 @@ impl EventStore {
             .try_get_with(event.clone(), self.read(conn, event))
             .await;
         match read {
-            Ok(found) => found.event.clone().ok_or(QueueError::UnknownEvent),
+            Ok(found) => found.ok_or(QueueError::UnknownEvent),
             Err(e) => {
                 self.failed.insert(event.clone(), ()).await;
                 Err(match &*e {
@@ -598,17 +562,7 @@ impl EventStore {
     }
 
     /// One read of the configuration and the leader's figures (`None`: no such event).
-    async fn read(&self, conn: &mut RedisConn, event: &EventId) -> Result<Arc<Cached>, QueueError> {
-        let at = Instant::now();
-        let event = self.read_event(conn, event).await?;
-        Ok(Arc::new(Cached {
-            at,
-            event,
-            renewing: AtomicBool::new(false),
-        }))
-    }
-
-    async fn read_event(
+    async fn read(
         &self,
         conn: &mut RedisConn,
         event: &EventId,
@@ -671,7 +625,6 @@ impl EventStore {
             .await?;
         let _: i64 = conn.sadd(self.keys.registry(), event.as_str()).await?;
         // This instance sees its own change at once; the others within CACHE_TTL.
-        self.changes.fetch_add(1, Ordering::AcqRel);
         self.cache.invalidate(event).await;
         Ok(())
     }
