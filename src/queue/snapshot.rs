@@ -172,8 +172,10 @@ impl Slot {
     fn fresh(&self, max_age: Duration) -> Option<(Arc<LineFigures>, Duration)> {
         let generation = self.generation.load(Ordering::Acquire);
         match &*self.current.read().unwrap_or_else(|p| p.into_inner()) {
-            Some((at, g, figures)) if *g == generation && at.elapsed() < max_age => {
-                Some((figures.clone(), at.elapsed()))
+            Some((at, g, figures)) if *g == generation => {
+                // One clock read per poll: the age decides both freshness and renewal.
+                let age = at.elapsed();
+                (age < max_age).then(|| (figures.clone(), age))
             }
             _ => None,
         }
