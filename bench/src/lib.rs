@@ -12,6 +12,8 @@
 //! - [`merge`]: `waitroom-bench merge` — picks per second of the admission's K-way merge.
 //! - [`naive`]: `waitroom-bench naive-server` — the one-sorted-set baseline `scripts/bench`
 //!   measures the service against, and `waitroom-bench tickets` for its wrk poll runs.
+//! - [`rate`]: `waitroom-bench poll-rate` — polls at a fixed rate, open loop, against the
+//!   service or the naive server, for the poll p99 at 10,000/s side by side.
 //! - [`numbered`]: `waitroom-bench numbered-server` — a measuring prototype of the numbered line
 //!   (docs/numbered-line.md), run beside the naive server by `scripts/bench-instr`.
 
@@ -24,6 +26,7 @@ pub mod merge;
 pub mod naive;
 pub mod numbered;
 pub mod ordering;
+pub mod rate;
 
 /// Creates an event (`event_body` as its configuration) and a seated show of about `seats`
 /// seats in rows of `per_row` (at most 26 rows) over the admin API; returns the seat ids.

@@ -413,21 +413,37 @@ struct Answer {
 }
 
 impl Answer {
-    fn read(body: &Value) -> Answer {
+    fn read(body: Reply) -> Answer {
         Answer {
-            status: match body["status"].as_str() {
+            status: match body.status.as_deref() {
                 Some("admitted") => Status::Admitted,
                 Some("sold_out") => Status::SoldOut,
                 _ => Status::Waiting,
             },
-            next_poll_ms: body["next_poll_ms"]
-                .as_u64()
+            next_poll_ms: body
+                .next_poll_ms
                 .map_or(1000, |ms| ms.min(u64::from(u32::MAX)) as u32),
-            admitted_at_ms: body["admitted_at_ms"].as_u64(),
-            access_token: body["access_token"].as_str().map(str::to_owned),
-            eta_seconds: body["eta_seconds"].as_f64(),
+            admitted_at_ms: body.admitted_at_ms,
+            access_token: body.access_token,
+            eta_seconds: body.eta_seconds,
         }
     }
+}
+
+/// The fields of an answer the load generator reads (a status object, a hold, a booking); the
+/// others are skipped while parsing, not built into a JSON tree (issue 16, direction 5). An
+/// answer that is not such an object (an error body, no body) reads as all `None`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct Reply {
+    status: Option<String>,
+    next_poll_ms: Option<u64>,
+    admitted_at_ms: Option<u64>,
+    access_token: Option<String>,
+    eta_seconds: Option<f64>,
+    ticket: Option<String>,
+    hold_id: Option<String>,
+    booking_id: Option<String>,
 }
 
 #[derive(Default)]
@@ -570,7 +586,7 @@ impl Ctx {
         &self,
         route: &'static str,
         req: reqwest::RequestBuilder,
-    ) -> Option<(u16, Value)> {
+    ) -> Option<(u16, Reply)> {
         self.call_from(route, move || req, None)
             .await
             .map(|(s, b, _)| (s, b))
@@ -585,7 +601,7 @@ impl Ctx {
         route: &'static str,
         make: impl FnOnce() -> reqwest::RequestBuilder,
         since: Option<Instant>,
-    ) -> Option<(u16, Value, Instant)> {
+    ) -> Option<(u16, Reply, Instant)> {
         let _permit = self.gate.acquire().await.ok()?;
         let sent = Instant::now();
         let t = since.unwrap_or(sent);
@@ -596,9 +612,9 @@ impl Ctx {
             match resp {
                 Ok(r) => {
                     let s = r.status().as_u16();
-                    (s, r.json::<Value>().await.unwrap_or(Value::Null), micros)
+                    (s, r.json::<Reply>().await.unwrap_or_default(), micros)
                 }
-                Err(_) => (599, Value::Null, micros),
+                Err(_) => (599, Reply::default(), micros),
             }
         })
         .await;
@@ -704,8 +720,9 @@ impl Ctx {
         let entered = self.call_from("enter", enter, None).await;
         let answered_us = self.start.elapsed().as_micros() as u64;
         let ticket = match &entered {
-            Some((200, body, _)) => body["ticket"]
-                .as_str()
+            Some((200, body, _)) => body
+                .ticket
+                .as_deref()
                 .and_then(|t| uuid::Uuid::parse_str(t).ok()),
             _ => None,
         };
@@ -716,7 +733,7 @@ impl Ctx {
             return;
         };
         visit.ticket = Some(ticket);
-        visit.answer = Answer::read(&body);
+        visit.answer = Answer::read(body);
         visit.sent_us = sent.duration_since(self.start).as_micros() as u64;
         visit.answered_us = answered_us;
         if self.args.poll_phase_seconds > 0.0 {
@@ -741,7 +758,7 @@ impl Ctx {
             ))
         };
         match self.call_from("poll", poll, None).await {
-            Some((200, s, _)) => visit.answer = Answer::read(&s),
+            Some((200, s, _)) => visit.answer = Answer::read(s),
             Some((429 | 503 | 599, _, _)) => {}
             _ => {
                 self.done();
@@ -833,15 +850,16 @@ impl Ctx {
                     .http
                     .post(format!("{}/v1/shows/{}/bookings", self.base, self.show))
                     .bearer_auth(&token)
-                    .json(&json!({"hold_id": h["hold_id"]}));
+                    .json(&json!({"hold_id": h.hold_id}));
                 if let Some((201, b)) = Box::pin(self.call("book", book)).await {
                     let booked = Instant::now();
-                    let id = b["booking_id"].as_str().unwrap_or_default().to_owned();
+                    let id = b.booking_id.unwrap_or_default();
+                    let confirmed = b.status.as_deref() == Some("confirmed");
                     // The buyer's page follows the booking until the ledger confirms it.
-                    if b["status"] != "confirmed" && self.follow_booking(&id).await {
+                    if !confirmed && self.follow_booking(&id).await {
                         let ms = booked.elapsed().as_millis() as u64;
                         self.stats.lock().expect("stats").confirm_ms.push(ms);
-                    } else if b["status"] == "confirmed" {
+                    } else if confirmed {
                         self.stats.lock().expect("stats").confirm_ms.push(0);
                     }
                     self.stats.lock().expect("stats").bookings.push((id, picks));
@@ -1130,20 +1148,18 @@ async fn poll_phase(ctx: &Arc<Ctx>) -> Duration {
             .get(format!("{}/v1/events/{}/queue/{t}", ctx.base, ctx.event));
         ctx.call_from(POLL_PHASE, move || req, since).await;
     };
-    let mut tasks = tokio::task::JoinSet::new();
     if ctx.args.poll_rate > 0.0 {
         // Open loop: the k-th poll is due at k / rate whatever happened to the others; its
         // latency counts from then, so a slow service is not hidden by fewer polls.
-        for k in 0u64.. {
-            let due = t0 + Duration::from_secs_f64(k as f64 / ctx.args.poll_rate);
-            if due >= end {
-                break;
-            }
-            tokio::time::sleep_until(due.into()).await;
-            tasks.spawn(poll(ctx.clone(), tickets.clone(), Some(due)));
-            while tasks.try_join_next().is_some() {}
-        }
+        crate::rate::open_loop(
+            ctx.args.poll_rate,
+            end - t0,
+            |due| poll(ctx.clone(), tickets.clone(), Some(due)),
+            |()| {},
+        )
+        .await;
     } else {
+        let mut tasks = tokio::task::JoinSet::new();
         // Closed loop at full speed: as many pollers as requests may be in flight.
         for _ in 0..ctx.args.concurrency {
             let (ctx, tickets) = (ctx.clone(), tickets.clone());
@@ -1153,8 +1169,8 @@ async fn poll_phase(ctx: &Arc<Ctx>) -> Duration {
                 }
             });
         }
+        while tasks.join_next().await.is_some() {}
     }
-    while tasks.join_next().await.is_some() {}
     t0.elapsed()
 }
 
@@ -1449,6 +1465,45 @@ fn peak_rss() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reply_keeps_the_fields_read_and_an_error_body_reads_as_nothing() {
+        let waiting = r#"{"ticket": "0192a4c6-2f7e-8b3c-9d4e-5f6a7b8c9d0e", "status": "waiting",
+            "position": 12, "eta_seconds": 3.5, "next_poll_ms": 1234, "access_token": null,
+            "strategy": "global_counter"}"#;
+        let r: Reply = serde_json::from_str(waiting).expect("a status object");
+        assert_eq!(
+            r.ticket.as_deref(),
+            Some("0192a4c6-2f7e-8b3c-9d4e-5f6a7b8c9d0e")
+        );
+        let a = Answer::read(r);
+        assert_eq!(a.status, Status::Waiting);
+        assert_eq!((a.next_poll_ms, a.eta_seconds), (1234, Some(3.5)));
+        assert_eq!((a.admitted_at_ms, a.access_token), (None, None));
+
+        let admitted = r#"{"status": "admitted", "position": null, "eta_seconds": null,
+            "next_poll_ms": 30000, "access_token": "t.k", "access_expires_at": 1700000300,
+            "admitted_at_ms": 1700000000123}"#;
+        let a = Answer::read(serde_json::from_str(admitted).expect("admitted"));
+        assert_eq!(a.status, Status::Admitted);
+        assert_eq!(a.admitted_at_ms, Some(1_700_000_000_123));
+        assert_eq!(a.access_token.as_deref(), Some("t.k"));
+
+        let booked: Reply =
+            serde_json::from_str(r#"{"booking_id": "b1", "status": "pending", "seats": ["A1"]}"#)
+                .expect("a booking");
+        assert_eq!(
+            (booked.booking_id.as_deref(), booked.status.as_deref()),
+            (Some("b1"), Some("pending"))
+        );
+
+        let error: Reply = serde_json::from_str(
+            r#"{"error": {"code": "not_found", "message": "no such ticket"}}"#,
+        )
+        .expect("an error body");
+        let a = Answer::read(error);
+        assert_eq!((a.status, a.next_poll_ms), (Status::Waiting, 1000));
+    }
 
     #[test]
     fn the_line_gives_the_earliest_visit_first_and_ties_by_user() {

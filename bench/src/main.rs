@@ -35,6 +35,8 @@ enum Command {
     NumberedServer(waitroom_bench::numbered::NumberedArgs),
     /// The numbered tickets of the users a wrk enter run made against the prototype.
     NumberedTickets(waitroom_bench::numbered::NumberedTicketsArgs),
+    /// Polls of random tickets at a fixed rate, open loop (scripts/bench-pair).
+    PollRate(waitroom_bench::rate::PollRateArgs),
     /// The tickets of the users a wrk enter run made (scripts/bench).
     Tickets(waitroom_bench::naive::TicketsArgs),
 }
@@ -50,6 +52,7 @@ async fn main() -> anyhow::Result<()> {
         Command::NaiveServer(args) => waitroom_bench::naive::run(args).await,
         Command::NumberedServer(args) => waitroom_bench::numbered::run(args).await,
         Command::NumberedTickets(args) => waitroom_bench::numbered::numbered_tickets(args).await,
+        Command::PollRate(args) => waitroom_bench::rate::run(args).await.map(|_| ()),
         Command::Tickets(args) => waitroom_bench::naive::tickets(&args),
         Command::Merge(args) => {
             waitroom_bench::merge::run(&args);
