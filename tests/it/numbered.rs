@@ -705,6 +705,13 @@ fn index_key_of(app: &TestApp, ev: &str, cfg: &Value, ticket: &str) -> String {
 /// entered again, polled
 /// from an instance that never saw the tickets, and left, with exactly the same places; each
 /// index entry is where its event's configuration says, and nowhere else.
+///
+/// A double click on the old form: its two enters take two numbers, and the one that loses the
+/// index marks its number gone. Until every such spare number below someone's is gone, their
+/// answer counts it, so the two answers of one click may differ (16 and 12 in a CI run, where
+/// the enters did not reach Redis in one batch). What that form promises is never to be moved
+/// back: both answers are at or behind the place the line settles on, and every place is then
+/// exactly 1..=30. The new form takes no spare number, so there both answers are equal.
 #[tokio::test]
 async fn a_numbered_line_stored_before_the_index_moved_keeps_its_index_in_the_shards() {
     let prefix = unique("t");
@@ -747,17 +754,32 @@ async fn a_numbered_line_stored_before_the_index_moved_keeps_its_index_in_the_sh
         }))
         .await;
         let (entered, doubles) = twice.split_at(30);
+        let old_form = ev == &old;
+        let mut line: Vec<(u64, String)> = Vec::new();
         for (a, b) in entered.iter().zip(doubles) {
             assert_eq!(a["ticket"], b["ticket"], "{ev}");
-            assert_eq!(
-                a["position"], b["position"],
-                "{ev}: a double click took two places"
-            );
+            let t = ticket_of(a).await;
+            // Where the line settled: the new form's answer, the old form's poll once every
+            // enter has answered (each spare number is gone before its enter answers).
+            let settled = if old_form {
+                app.poll_ok(ev, &t).await["position"].as_u64().unwrap()
+            } else {
+                assert_eq!(
+                    a["position"], b["position"],
+                    "{ev}: a double click took two places"
+                );
+                a["position"].as_u64().unwrap()
+            };
+            for answer in [a, b] {
+                assert!(
+                    answer["position"].as_u64().unwrap() >= settled,
+                    "{ev}: a double click was answered {} ahead of its place {settled}",
+                    answer["position"]
+                );
+            }
+            line.push((settled, t));
         }
-        let mut line: Vec<(u64, String)> = Vec::new();
-        for s in entered {
-            line.push((s["position"].as_u64().unwrap(), ticket_of(s).await));
-        }
+        let place: HashMap<String, u64> = line.iter().map(|(p, t)| (t.clone(), *p)).collect();
         line.sort();
         assert_eq!(
             line.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
@@ -773,7 +795,8 @@ async fn a_numbered_line_stored_before_the_index_moved_keeps_its_index_in_the_sh
         for (first, second) in entered.iter().zip(&again) {
             assert_eq!(first["ticket"], second["ticket"], "{ev}");
             assert_eq!(
-                first["position"], second["position"],
+                second["position"],
+                place[&ticket_of(first).await],
                 "{ev}: moved on entering again"
             );
         }
