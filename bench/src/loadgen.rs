@@ -1113,7 +1113,8 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
 /// Route name of the poll benchmark.
 const POLL_PHASE: &str = "poll-phase";
 
-fn route_report(
+/// One route's figures from its latency histogram (µs) and answers by status, over `seconds`.
+pub(crate) fn route_report(
     name: &str,
     h: &Histogram<u64>,
     codes: &HashMap<u16, u64>,

@@ -22,6 +22,8 @@ use hdrhistogram::Histogram;
 use rand::Rng as _;
 use tokio::sync::Semaphore;
 
+use crate::loadgen::{route_report, RouteReport};
+
 /// Options of `waitroom-bench poll-rate`.
 #[derive(Debug, Clone, Args)]
 pub struct PollRateArgs {
@@ -102,20 +104,11 @@ struct Outcome {
 /// The figures of a run.
 #[derive(Debug, Clone)]
 pub struct PollRateReport {
-    /// Polls answered (any status) per second of the run.
-    pub per_second: f64,
-    /// Latency from the due time, ms.
-    pub p50_ms: f64,
-    /// Latency from the due time, ms.
-    pub p99_ms: f64,
-    /// Latency from the due time, ms.
-    pub p999_ms: f64,
+    /// The polls as loadgen reports a route: count, rate, latency from the due time, statuses
+    /// (599: no answer).
+    pub polls: RouteReport,
     /// How late the client started its polls, p99, ms.
     pub late_p99_ms: f64,
-    /// Polls answered with a status other than 2xx (599: no answer).
-    pub not_2xx: u64,
-    /// Polls sent.
-    pub polls: u64,
 }
 
 /// Reads the tickets, polls at the rate and prints the report: `Requests/sec:`, `P99_MS` and
@@ -138,7 +131,7 @@ pub async fn run(args: PollRateArgs) -> anyhow::Result<PollRateReport> {
     let gate = Arc::new(Semaphore::new(args.connections.max(1)));
     let mut all = Histogram::<u64>::new(3)?;
     let mut late = Histogram::<u64>::new(3)?;
-    let (mut not_2xx, mut polls) = (0u64, 0u64);
+    let mut codes = std::collections::HashMap::new();
     let length = open_loop(
         args.rate,
         Duration::from_secs_f64(args.seconds),
@@ -167,34 +160,32 @@ pub async fn run(args: PollRateArgs) -> anyhow::Result<PollRateReport> {
             }
         },
         |o: Outcome| {
-            polls += 1;
             let _ = all.record(o.micros.max(1));
             let _ = late.record(o.late_micros.max(1));
-            if !(200..300).contains(&o.status) {
-                not_2xx += 1;
-            }
+            *codes.entry(o.status).or_insert(0u64) += 1;
         },
     )
     .await;
-    let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    let polls = route_report("poll", &all, &codes, length.as_secs_f64());
+    let not_2xx: u64 = codes
+        .iter()
+        .filter(|(s, _)| !(200..300).contains(*s))
+        .map(|(_, n)| n)
+        .sum();
     let report = PollRateReport {
-        per_second: polls as f64 / length.as_secs_f64().max(1e-9),
-        p50_ms: ms(&all, 0.5),
-        p99_ms: ms(&all, 0.99),
-        p999_ms: ms(&all, 0.999),
-        late_p99_ms: ms(&late, 0.99),
-        not_2xx,
+        late_p99_ms: late.value_at_quantile(0.99) as f64 / 1000.0,
         polls,
     };
+    let p = &report.polls;
     println!(
         "{} polls asked at {}/s for {} s, {} connections",
-        polls, args.rate, args.seconds, args.connections
+        p.requests, args.rate, args.seconds, args.connections
     );
-    println!("Requests/sec: {:.1}", report.per_second);
-    println!("P50_MS {:.2}", report.p50_ms);
-    println!("P99_MS {:.2}", report.p99_ms);
-    println!("P999_MS {:.2}", report.p999_ms);
+    println!("Requests/sec: {:.1}", p.per_second);
+    println!("P50_MS {:.2}", p.p50_ms);
+    println!("P99_MS {:.2}", p.p99_ms);
+    println!("P999_MS {:.2}", p.p999_ms);
     println!("LATE_P99_MS {:.2}", report.late_p99_ms);
-    println!("NON2XX {}", report.not_2xx);
+    println!("NON2XX {not_2xx}");
     Ok(report)
 }
