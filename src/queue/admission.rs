@@ -755,10 +755,7 @@ impl EventAdmission {
         metrics::gauge!(telemetry::ADMIT_RATE_CONFIGURED, "event" => ev.clone())
             .set(cfg.admit_per_second);
         metrics::gauge!(telemetry::ADMIT_RATE_MEASURED, "event" => ev.clone()).set(measured_rate);
-        let effective = match cfg.strategy {
-            StrategyKind::Hybrid => self.hybrid_mode,
-            s => s,
-        };
+        let effective = cfg.positions_by(Some(self.hybrid_mode));
         for kind in [
             StrategyKind::GlobalCounter,
             StrategyKind::Timestamp,
@@ -893,8 +890,8 @@ impl EventAdmission {
             metrics::counter!(telemetry::HYBRID_SWITCHES, "event" => ev.clone(), "to" => self.hybrid_mode.as_str())
                 .increment(1);
         }
-        let estimated =
-            cfg.strategy == StrategyKind::Hybrid && self.hybrid_mode == StrategyKind::Statistical;
+        let estimated = cfg.strategy == StrategyKind::Hybrid
+            && cfg.positions_by(Some(self.hybrid_mode)) == StrategyKind::Statistical;
         metrics::gauge!(telemetry::HYBRID_ESTIMATED, "event" => ev).set(if estimated {
             1.0
         } else {

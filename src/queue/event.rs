@@ -58,8 +58,9 @@ pub enum LineForm {
     #[default]
     SortedSets,
     /// The numbered line (docs/numbered-line.md): arrival numbers from the event's counter,
-    /// an index of small hashes, departures as a bitmap, admission as a boundary. Exact
-    /// `global_counter` positions only; the strategy cannot be switched.
+    /// an index of small hashes, departures as a bitmap, admission as a boundary. Every
+    /// strategy orders by the counter and shows exact positions (see
+    /// [`EventConfig::positions_by`]); switching changes no key.
     Numbered,
 }
 
@@ -162,6 +163,23 @@ impl EventConfig {
     pub fn seats_per_ticket(&self) -> u32 {
         self.max_seats_per_ticket
             .unwrap_or(self.max_seats_per_hold.saturating_mul(2))
+    }
+
+    /// The strategy that computes positions, given the mode `hybrid` is in (`None`: not decided
+    /// yet, exact). On a numbered line it is always `global_counter`: every strategy's order
+    /// there is the counter's (arrival at the event's slot, so arrival order without the clock
+    /// skew between instances), and the counter's position is exact for three reads, where the
+    /// sorted sets' exact position costs a read per shard. An estimate would cost the same and
+    /// be worse, so `statistical` and `hybrid` show the exact position too
+    /// (docs/numbered-line.md, "The strategies on it").
+    pub fn positions_by(&self, hybrid_mode: Option<StrategyKind>) -> StrategyKind {
+        match (self.line_form, self.strategy) {
+            (LineForm::Numbered, _) => StrategyKind::GlobalCounter,
+            (LineForm::SortedSets, StrategyKind::Hybrid) => {
+                hybrid_mode.unwrap_or(StrategyKind::Timestamp)
+            }
+            (LineForm::SortedSets, s) => s,
+        }
     }
 
     /// The strategy whose order key an arrival at `now_us` gets: the previous one until the
@@ -276,9 +294,11 @@ impl EventPatch {
                 Some(n) => Some(n),
                 None => d.max_seats_per_ticket,
             },
-            strategy: self.strategy.unwrap_or(match line_form {
-                LineForm::Numbered => StrategyKind::GlobalCounter,
-                LineForm::SortedSets => d.strategy,
+            // A new numbered line defaults to its own order's name; an existing event keeps its
+            // strategy unless the patch names one.
+            strategy: self.strategy.unwrap_or(match (base, line_form) {
+                (None, LineForm::Numbered) => StrategyKind::GlobalCounter,
+                _ => d.strategy,
             }),
             state: self.state.unwrap_or(d.state),
             shard_tags: if self.shards.is_some_and(|n| n != d.shards) {
@@ -353,11 +373,6 @@ impl EventPatch {
         }
         if !(1..=86_400).contains(&cfg.abandon_after_seconds) {
             return Err("abandon_after_seconds must be 1..=86400".into());
-        }
-        if cfg.line_form == LineForm::Numbered && cfg.strategy != StrategyKind::GlobalCounter {
-            return Err(
-                "a numbered line orders by its counter: its strategy is global_counter".into(),
-            );
         }
         Ok(cfg)
     }
@@ -473,15 +488,41 @@ mod switch_tests {
         cfg.previous_strategy = None;
         assert_eq!(cfg.order_source(0), StrategyKind::GlobalCounter);
     }
+
+    #[test]
+    fn a_numbered_line_computes_positions_by_its_counter_under_every_strategy() {
+        use StrategyKind::{GlobalCounter, Hybrid, Statistical, Timestamp};
+        for strategy in [GlobalCounter, Timestamp, Statistical, Hybrid] {
+            let patch = EventPatch {
+                line_form: Some(LineForm::Numbered),
+                strategy: Some(strategy),
+                ..EventPatch::default()
+            };
+            let cfg = patch.apply(None).unwrap();
+            assert_eq!(cfg.strategy, strategy, "accepted as asked");
+            for mode in [None, Some(Timestamp), Some(Statistical)] {
+                assert_eq!(cfg.positions_by(mode), GlobalCounter, "{strategy} {mode:?}");
+            }
+            // A later change that names no strategy keeps this one.
+            let later = EventPatch {
+                admit_per_second: Some(5.0),
+                ..EventPatch::default()
+            };
+            assert_eq!(later.apply(Some(&cfg)).unwrap().strategy, strategy);
+        }
+        let mut sorted = EventPatch::default().apply(None).unwrap();
+        sorted.strategy = Hybrid;
+        assert_eq!(sorted.positions_by(None), Timestamp);
+        assert_eq!(sorted.positions_by(Some(Statistical)), Statistical);
+        sorted.strategy = Statistical;
+        assert_eq!(sorted.positions_by(Some(Timestamp)), Statistical);
+    }
 }
 
 impl Event {
     /// The strategy that positions are computed with right now.
     pub fn effective_strategy(&self) -> StrategyKind {
-        match self.config.strategy {
-            StrategyKind::Hybrid => self.hybrid_mode.unwrap_or(StrategyKind::Timestamp),
-            s => s,
-        }
+        self.config.positions_by(self.hybrid_mode)
     }
 }
 

@@ -1016,13 +1016,19 @@ impl Queue {
             cfg.shard_tags = choose_tags(event.as_str(), cfg.shards as usize, &placement);
         }
         let now = now_us();
-        if let Some(old) = old.as_ref().filter(|o| o.strategy != cfg.strategy) {
+        // A numbered line orders every strategy by its own counter: a switch moves no order key.
+        let sorted = cfg.line_form == LineForm::SortedSets;
+        if let Some(old) = old
+            .as_ref()
+            .filter(|o| sorted && o.strategy != cfg.strategy)
+        {
             // Arrivals keep the order key in use now until an instant every instance's cached
             // configuration has passed, then all change together.
             cfg.previous_strategy = Some(old.order_source(now));
             cfg.switch_at_us = now + SWITCH_DELAY.as_micros() as u64;
         }
-        let starts_counting = cfg.strategy == StrategyKind::GlobalCounter
+        let starts_counting = sorted
+            && cfg.strategy == StrategyKind::GlobalCounter
             && old
                 .as_ref()
                 .is_none_or(|o| o.strategy != StrategyKind::GlobalCounter);
@@ -1103,10 +1109,7 @@ impl Queue {
             )
             .query_async(&mut conn)
             .await?;
-        let effective = match cfg.strategy {
-            StrategyKind::Hybrid => mode.unwrap_or_else(|| StrategyKind::Timestamp.to_string()),
-            s => s.to_string(),
-        };
+        let effective = cfg.positions_by(mode.and_then(|m| m.parse().ok()));
         let (waiting, active, admitted_total) = if numbered {
             self.numbered_figures(&self.store.keys().numbered(event.as_str()), cfg)
                 .await?
@@ -1131,7 +1134,7 @@ impl Queue {
                 })
                 .collect(),
             strategy: cfg.strategy.to_string(),
-            effective_strategy: effective,
+            effective_strategy: effective.to_string(),
             admission_leader: leader,
             measured_admit_per_second: rate,
             measured_position_error: error.and_then(|e| e.parse().ok()),

@@ -247,29 +247,23 @@ async fn numbered_admission_skips_the_abandoned_and_refills_on_leave_and_expiry(
     .await;
 }
 
-/// A numbered line orders by its counter and keeps the form, strategy and shard count it was
-/// created with: changing any of them is refused with 400, and nothing changes.
+/// A numbered line keeps the form and shard count it was created with: changing either is
+/// refused with 400, and nothing changes. Its strategy may be any of the four, at creation too.
 #[tokio::test]
-async fn a_numbered_line_keeps_its_form_strategy_and_shards() {
+async fn a_numbered_line_keeps_its_form_and_shards() {
     let app = spawn_app().await;
     let ev = unique("e");
-    let r = app
-        .put_event(
-            &ev,
-            json!({"line_form": "numbered", "strategy": "timestamp"}),
-        )
-        .await;
-    assert_error(r, StatusCode::BAD_REQUEST, "bad_request").await;
-    app.create_event(&ev, json!({"line_form": "numbered", "shards": 2}))
-        .await;
-    for body in [
-        json!({"strategy": "statistical"}),
-        json!({"shards": 4}),
-        json!({"line_form": "sorted_sets"}),
-    ] {
+    app.create_event(
+        &ev,
+        json!({"line_form": "numbered", "shards": 2, "strategy": "timestamp"}),
+    )
+    .await;
+    for body in [json!({"shards": 4}), json!({"line_form": "sorted_sets"})] {
         let r = app.put_event(&ev, body.clone()).await;
         assert_error(r, StatusCode::BAD_REQUEST, "bad_request").await;
     }
+    // A change of anything else keeps the strategy it was created with.
+    app.update_event(&ev, json!({"admit_per_second": 5})).await;
     let cfg = app.get_event(&ev).await["config"].clone();
     assert_eq!(
         (
@@ -277,8 +271,130 @@ async fn a_numbered_line_keeps_its_form_strategy_and_shards() {
             cfg["shards"].as_u64(),
             cfg["line_form"].as_str()
         ),
-        (Some("global_counter"), Some(2), Some("numbered"))
+        (Some("timestamp"), Some(2), Some("numbered"))
     );
+}
+
+/// A strategy switch on a numbered line moves no order key: every strategy orders by the
+/// counter and shows exact positions. Over an Eulerian circuit of the four strategies (all 12
+/// ordered pairs), with people entering through two instances after each switch and one at the
+/// front leaving: the configuration names the new strategy, the positions are computed by the
+/// counter (`global_counter`, in every answer and as the effective strategy), every instance
+/// answers exactly 1..=n with each round behind the rounds before, and the gate, opened at the
+/// end, lets in exactly the first ones still waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn switching_strategy_on_a_numbered_line_in_every_direction_keeps_every_place_exact() {
+    let app = spawn_app().await;
+    let prefix = app
+        .keys
+        .shard("{x}")
+        .waiting
+        .split(':')
+        .next()
+        .unwrap()
+        .to_owned();
+    let other = spawn_app_with(|c| c.redis.key_prefix = prefix.clone()).await;
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"line_form": "numbered", "shards": 8, "admit_per_second": 0,
+               "active_capacity": 100}),
+    )
+    .await;
+    // The line in order: tickets by place.
+    let mut line: Vec<String> = Vec::new();
+    let steps = [
+        "timestamp",
+        "statistical",
+        "hybrid",
+        "global_counter",
+        "timestamp",
+        "hybrid",
+        "statistical",
+        "global_counter",
+        "hybrid",
+        "timestamp",
+        "global_counter",
+        "statistical",
+        "timestamp",
+    ];
+    for (round, strategy) in steps.iter().enumerate() {
+        let r = app
+            .http
+            .put(format!("{}/admin/v1/events/{ev}/strategy", app.base))
+            .bearer_auth(crate::common::ADMIN_TOKEN)
+            .json(&json!({"strategy": strategy}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "switch to {strategy}");
+        let shown = app.get_event(&ev).await;
+        assert_eq!(shown["config"]["strategy"], *strategy);
+        assert_eq!(shown["stats"]["effective_strategy"], "global_counter");
+
+        // 20 enter at once, half through each instance: they stand behind everyone before.
+        let entered = join_all((0..20).map(|i| {
+            let (via, ev) = (if i % 2 == 0 { &app } else { &other }, &ev);
+            async move { via.enter_ok(ev, &format!("r{round}-{i}")).await }
+        }))
+        .await;
+        let mut by_place: Vec<(u64, String)> = Vec::new();
+        for s in &entered {
+            assert_eq!(s["strategy"], "global_counter", "under {strategy}");
+            by_place.push((s["position"].as_u64().unwrap(), ticket_of(s).await));
+        }
+        by_place.sort();
+        let places: Vec<u64> = by_place.iter().map(|(p, _)| *p).collect();
+        let before = line.len() as u64;
+        assert_eq!(
+            places,
+            (before + 1..=before + 20).collect::<Vec<u64>>(),
+            "round {round} ({strategy}) stands behind the {before} before it"
+        );
+        line.extend(by_place.into_iter().map(|(_, t)| t));
+
+        // The front leaves: everyone moves up by one, on both instances (the other one's
+        // figures are at most WAITROOM_NUMBERED_SNAPSHOT_MS old: wait them out).
+        let front = line.remove(0);
+        assert_eq!(
+            app.leave(&ev, &front).await.status(),
+            StatusCode::NO_CONTENT
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        for via in [&app, &other] {
+            let polled = standings(via, &ev, &line).await;
+            for (k, t) in line.iter().enumerate() {
+                assert_eq!(
+                    polled[t],
+                    ("waiting".to_owned(), k as u64 + 1),
+                    "after switching to {strategy}, place {}",
+                    k + 1
+                );
+            }
+        }
+    }
+    assert_eq!(app.get_event(&ev).await["stats"]["waiting"], line.len());
+
+    // The gate opens at capacity 100: exactly the first 100 still waiting are let in.
+    app.update_event(&ev, json!({"admit_per_second": 1000}))
+        .await;
+    eventually(Duration::from_secs(20), "100 active", || async {
+        (app.get_event(&ev).await["stats"]["active"] == 100).then_some(())
+    })
+    .await;
+    let polled = standings(&other, &ev, &line).await;
+    for (k, t) in line.iter().enumerate() {
+        if k < 100 {
+            assert_eq!(polled[t].0, "admitted", "place {} is let in", k + 1);
+        } else {
+            assert_eq!(
+                polled[t],
+                ("waiting".to_owned(), k as u64 - 99),
+                "place {}",
+                k + 1
+            );
+        }
+    }
 }
 
 /// With no room inside, the front of the line is still judged: someone who entered and went
