@@ -5,6 +5,15 @@
 //! routes and the same answer fields for enter and poll, and the same ticket for the same user
 //! (the service's signer, development secret), so one load generator drives both and one list
 //! of tickets polls both. Not a product: nothing here is offered as a waiting room.
+//!
+//! `--wait-replicas N` (0 by default: the issue's baseline) adds the one promise the baseline
+//! lacks and the service keeps: an enter answers only once N replicas of the line's primary hold
+//! it (`WAIT N 1000` in the same pipeline, on the line's primary), so a failover cannot lose an
+//! answered place. It measures what that promise costs the naive design on the same cores. A
+//! client blocked in `WAIT` holds its connection: the commands sent behind it wait too. So with
+//! one connection per node the enters would take turns, a replica round trip each;
+//! `--connections N` opens N cluster connections and spreads the requests over them, so that
+//! N waits can be on their way at once.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -40,13 +49,34 @@ pub struct NaiveArgs {
     /// Prefix of the one key per event.
     #[arg(long, default_value = "naive")]
     pub key_prefix: String,
+    /// Replicas an enter waits for before it answers (0: none, the baseline as the issue
+    /// describes it).
+    #[arg(long, default_value_t = 0)]
+    pub wait_replicas: u32,
+    /// Cluster connections to spread the requests over (1: the one multiplexed connection per
+    /// node the service's client also keeps).
+    #[arg(long, default_value_t = 1)]
+    pub connections: usize,
 }
 
 struct Naive {
-    redis: redis::cluster_async::ClusterConnection,
+    redis: Vec<redis::cluster_async::ClusterConnection>,
+    next: std::sync::atomic::AtomicUsize,
     signer: Signer,
     prefix: String,
+    wait_replicas: u32,
 }
+
+impl Naive {
+    /// The next connection, round robin.
+    fn conn(&self) -> redis::cluster_async::ClusterConnection {
+        let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.redis[i % self.redis.len()].clone()
+    }
+}
+
+/// The most an enter waits for its replicas, as the service's `WAITROOM_BOOKING_WAIT_MS`.
+const WAIT_MS: u64 = 1000;
 
 /// The body of an enter.
 #[derive(Deserialize)]
@@ -91,6 +121,9 @@ async fn enter(
         .unwrap_or_default()
         .as_micros() as u64;
     let k = key(&n.prefix, &event);
+    if n.wait_replicas > 0 {
+        return durable(&n, &k, now, &event, &ticket).await;
+    }
     let mut pipe = redis::pipe();
     pipe.cmd("ZADD")
         .arg(&k)
@@ -101,9 +134,27 @@ async fn enter(
         .cmd("ZRANK")
         .arg(&k)
         .arg(&ticket);
-    let rank: Result<(Option<i64>,), _> = pipe.query_async(&mut n.redis.clone()).await;
+    let rank: Result<(Option<i64>,), _> = pipe.query_async(&mut n.conn()).await;
     match rank {
         Ok((Some(r),)) => status(&event, &ticket, r),
+        _ => error(StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+    }
+}
+
+/// An enter's `ZADD` + `ZRANK` with a `WAIT` behind them, all three on the line's primary:
+/// answered only once `wait_replicas` replicas hold the place, else 503 (as the service).
+async fn durable(n: &Naive, k: &str, now: u64, event: &str, ticket: &str) -> Response {
+    use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+    let mut pipe = redis::pipe();
+    pipe.cmd("ZADD").arg(k).arg("NX").arg(now).arg(ticket);
+    pipe.cmd("ZRANK").arg(k).arg(ticket);
+    pipe.cmd("WAIT").arg(n.wait_replicas).arg(WAIT_MS);
+    let slot = waitroom::redis::keys::slot(k);
+    let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+    let replies = n.conn().route_pipeline(pipe, 0, 3, route).await;
+    type Replies = (redis::Value, Option<i64>, u32);
+    match replies.map(|v| redis::from_redis_value::<Replies>(redis::Value::Array(v))) {
+        Ok(Ok((_, Some(r), acked))) if acked >= n.wait_replicas => status(event, ticket, r),
         _ => error(StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
     }
 }
@@ -115,7 +166,7 @@ async fn poll(
     let rank: Result<Option<i64>, _> = redis::cmd("ZRANK")
         .arg(key(&n.prefix, &event))
         .arg(&ticket)
-        .query_async(&mut n.redis.clone())
+        .query_async(&mut n.conn())
         .await;
     match rank {
         Ok(Some(r)) => status(&event, &ticket, r),
@@ -126,14 +177,22 @@ async fn poll(
 
 /// Serves until killed.
 pub async fn run(args: NaiveArgs) -> anyhow::Result<()> {
-    let redis = redis::cluster::ClusterClient::new(args.redis_nodes.clone())?
-        .get_async_connection()
-        .await
-        .context("connecting to the Redis Cluster")?;
+    let client = redis::cluster::ClusterClient::new(args.redis_nodes.clone())?;
+    let mut redis = Vec::new();
+    for _ in 0..args.connections.max(1) {
+        redis.push(
+            client
+                .get_async_connection()
+                .await
+                .context("connecting to the Redis Cluster")?,
+        );
+    }
     let state = Arc::new(Naive {
         redis,
+        next: Default::default(),
         signer: Signer::new(DEV_TOKEN_SECRET),
         prefix: args.key_prefix,
+        wait_replicas: args.wait_replicas,
     });
     let app = Router::new()
         .route("/v1/events/{event}/queue", post(enter))
