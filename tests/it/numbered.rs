@@ -13,6 +13,7 @@ use waitroom::redis::keys::slot;
 
 use crate::common::procs::RedisProcs;
 use crate::common::{assert_error, eventually, spawn_app, spawn_app_with, unique, TestApp};
+use crate::strategies::{set_strategy, EVERY_DIRECTION};
 
 /// Polls every ticket; returns ticket → (status, position).
 async fn standings(app: &TestApp, ev: &str, tickets: &[String]) -> HashMap<String, (String, u64)> {
@@ -136,25 +137,7 @@ async fn numbered_positions_are_exact_under_concurrent_enters_leaves_and_admissi
     );
 
     // The gate opens: capacity 60, so exactly the first 60 still waiting are let in.
-    app.update_event(&ev, json!({"admit_per_second": 1000}))
-        .await;
-    eventually(Duration::from_secs(20), "60 active", || async {
-        (app.get_event(&ev).await["stats"]["active"] == 60).then_some(())
-    })
-    .await;
-    let polled = standings(&app, &ev, &staying).await;
-    for (k, t) in staying.iter().enumerate() {
-        if k < 60 {
-            assert_eq!(polled[t].0, "admitted", "place {} is let in", k + 1);
-        } else {
-            assert_eq!(
-                polled[t],
-                ("waiting".to_owned(), k as u64 - 59),
-                "place {}",
-                k + 1
-            );
-        }
-    }
+    gate_lets_in_exactly_the_first(&app, &app, &ev, &staying, 60).await;
     let stats = app.get_event(&ev).await["stats"].clone();
     assert_eq!(stats["active"], 60);
     assert_eq!(stats["waiting"], staying.len() as u64 + 1 - 60);
@@ -285,49 +268,18 @@ async fn a_numbered_line_keeps_its_form_and_shards() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn switching_strategy_on_a_numbered_line_in_every_direction_keeps_every_place_exact() {
     let app = spawn_app().await;
-    let prefix = app
-        .keys
-        .shard("{x}")
-        .waiting
-        .split(':')
-        .next()
-        .unwrap()
-        .to_owned();
-    let other = spawn_app_with(|c| c.redis.key_prefix = prefix.clone()).await;
+    let other = app.another_instance().await;
     let ev = unique("e");
     app.create_event(
         &ev,
         json!({"line_form": "numbered", "shards": 8, "admit_per_second": 0,
-               "active_capacity": 100}),
+               "active_capacity": 100, "strategy": "timestamp"}),
     )
     .await;
     // The line in order: tickets by place.
     let mut line: Vec<String> = Vec::new();
-    let steps = [
-        "timestamp",
-        "statistical",
-        "hybrid",
-        "global_counter",
-        "timestamp",
-        "hybrid",
-        "statistical",
-        "global_counter",
-        "hybrid",
-        "timestamp",
-        "global_counter",
-        "statistical",
-        "timestamp",
-    ];
-    for (round, strategy) in steps.iter().enumerate() {
-        let r = app
-            .http
-            .put(format!("{}/admin/v1/events/{ev}/strategy", app.base))
-            .bearer_auth(crate::common::ADMIN_TOKEN)
-            .json(&json!({"strategy": strategy}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), StatusCode::OK, "switch to {strategy}");
+    for (round, strategy) in EVERY_DIRECTION.iter().enumerate() {
+        set_strategy(&app, &ev, strategy).await;
         let shown = app.get_event(&ev).await;
         assert_eq!(shown["config"]["strategy"], *strategy);
         assert_eq!(shown["stats"]["effective_strategy"], "global_counter");
@@ -376,20 +328,33 @@ async fn switching_strategy_on_a_numbered_line_in_every_direction_keeps_every_pl
     assert_eq!(app.get_event(&ev).await["stats"]["waiting"], line.len());
 
     // The gate opens at capacity 100: exactly the first 100 still waiting are let in.
-    app.update_event(&ev, json!({"admit_per_second": 1000}))
+    gate_lets_in_exactly_the_first(&app, &other, &ev, &line, 100).await;
+}
+
+/// Opens the gate of `ev` (through `app`; its capacity is `capacity`), waits until `capacity`
+/// are inside, and checks through `via` that they are exactly the first `capacity` of `line`
+/// (tickets in place order) and that everyone behind moved up by as many.
+async fn gate_lets_in_exactly_the_first(
+    app: &TestApp,
+    via: &TestApp,
+    ev: &str,
+    line: &[String],
+    capacity: u64,
+) {
+    app.update_event(ev, json!({"admit_per_second": 1000}))
         .await;
-    eventually(Duration::from_secs(20), "100 active", || async {
-        (app.get_event(&ev).await["stats"]["active"] == 100).then_some(())
+    eventually(Duration::from_secs(20), "the capacity filled", || async {
+        (app.get_event(ev).await["stats"]["active"] == capacity).then_some(())
     })
     .await;
-    let polled = standings(&other, &ev, &line).await;
-    for (k, t) in line.iter().enumerate() {
-        if k < 100 {
+    let polled = standings(via, ev, line).await;
+    for (k, t) in (0u64..).zip(line) {
+        if k < capacity {
             assert_eq!(polled[t].0, "admitted", "place {} is let in", k + 1);
         } else {
             assert_eq!(
                 polled[t],
-                ("waiting".to_owned(), k as u64 - 99),
+                ("waiting".to_owned(), k + 1 - capacity),
                 "place {}",
                 k + 1
             );

@@ -10,9 +10,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
-use crate::common::{
-    eventually, member, members, spawn_app, spawn_app_with, unique, TestApp, ADMIN_TOKEN,
-};
+use crate::common::{eventually, member, members, spawn_app, unique, TestApp, ADMIN_TOKEN};
 
 /// Exact 1-based positions by line member, indexed by ticket (or by member: see [`member`]).
 pub struct Positions(HashMap<String, u64>);
@@ -83,7 +81,8 @@ async fn enter_many(app: &Arc<TestApp>, ev: &str, prefix: &str, n: usize) -> Vec
     out
 }
 
-async fn set_strategy(app: &TestApp, ev: &str, strategy: &str) {
+/// Switches `ev` to `strategy` through the admin API; the answer is 200.
+pub async fn set_strategy(app: &TestApp, ev: &str, strategy: &str) {
     let r = app
         .http
         .put(format!("{}/admin/v1/events/{ev}/strategy", app.base))
@@ -92,8 +91,26 @@ async fn set_strategy(app: &TestApp, ev: &str, strategy: &str) {
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.status(), StatusCode::OK, "switch to {strategy}");
 }
+
+/// An Eulerian circuit over the 4 strategies from `timestamp`: every one of the 12 ordered
+/// pairs once. T=timestamp, S=statistical, H=hybrid, G=global_counter:
+/// T->S->H->G->T->H->S->G->H->T->G->S->T
+pub const EVERY_DIRECTION: [&str; 12] = [
+    "statistical",
+    "hybrid",
+    "global_counter",
+    "timestamp",
+    "hybrid",
+    "statistical",
+    "global_counter",
+    "hybrid",
+    "timestamp",
+    "global_counter",
+    "statistical",
+    "timestamp",
+];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn statistical_positions_and_admission_stay_within_their_documented_bounds() {
@@ -169,15 +186,7 @@ async fn statistical_positions_and_admission_stay_within_their_documented_bounds
 async fn switching_strategy_in_every_direction_loses_nobody_and_reaches_other_instances_within_a_second(
 ) {
     let app = Arc::new(spawn_app().await);
-    let prefix = app
-        .keys
-        .shard("{x}")
-        .waiting
-        .split(':')
-        .next()
-        .unwrap()
-        .to_owned();
-    let other = spawn_app_with(|c| c.redis.key_prefix = prefix.clone()).await;
+    let other = app.another_instance().await;
     let ev = unique("e");
     app.create_event(&ev, json!({"shards": 8, "admit_per_second": 0}))
         .await;
@@ -193,25 +202,8 @@ async fn switching_strategy_in_every_direction_loses_nobody_and_reaches_other_in
     )
     .await;
 
-    // An Eulerian circuit over the 4 strategies: every one of the 12 ordered pairs once.
-    // T=timestamp, S=statistical, H=hybrid, G=global_counter:
-    // T->S->H->G->T->H->S->G->H->T->G->S->T
-    let steps = [
-        "statistical",
-        "hybrid",
-        "global_counter",
-        "timestamp",
-        "hybrid",
-        "statistical",
-        "global_counter",
-        "hybrid",
-        "timestamp",
-        "global_counter",
-        "statistical",
-        "timestamp",
-    ];
     let mut rounds: Vec<Vec<String>> = vec![tickets.clone()];
-    for (round, strategy) in steps.iter().enumerate() {
+    for (round, strategy) in EVERY_DIRECTION.iter().enumerate() {
         let switched = Instant::now();
         set_strategy(&app, &ev, strategy).await;
         // The other instance answers with the new strategy within a second (hybrid under 10,000

@@ -126,6 +126,20 @@ impl Drop for TestApp {
 }
 
 impl TestApp {
+    /// A second instance of the service on the same keys (the same key prefix): another
+    /// replica of the deployment, with its own caches and its own admission task.
+    pub async fn another_instance(&self) -> TestApp {
+        let prefix = self
+            .keys
+            .shard("{x}")
+            .waiting
+            .split(':')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        spawn_app_with(|c| c.redis.key_prefix = prefix).await
+    }
+
     /// Stops the service and waits for it to exit.
     pub async fn stop(mut self) {
         self.shutdown.cancel();
