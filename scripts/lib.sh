@@ -13,3 +13,16 @@ TANSU_FEATURES=dynostore,libsql,postgres
 TOOLS_DIR=$WAITROOM_CACHE/tools-tansu-pg
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+# drop_keys PATTERN...: unlinks the keys matching each glob on the local cluster (every node is
+# scanned; a replica refuses the UNLINK, its primary takes it), one command per key since a run's
+# keys span many slots. The benchmark scripts call it on exit: their lines hold up to millions of
+# people, and the cluster's maxmemory (1gb, noeviction) fills after a few runs otherwise.
+drop_keys() {
+  local p pat
+  for p in 7000 7001 7002 7003 7004 7005; do
+    for pat in "$@"; do
+      redis-cli -p "$p" --scan --pattern "$pat" 2>/dev/null | sed 's/^/UNLINK /' \
+        | redis-cli -p "$p" >/dev/null 2>&1 || true
+    done
+  done
+}
