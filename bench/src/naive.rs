@@ -121,9 +121,6 @@ async fn enter(
         .unwrap_or_default()
         .as_micros() as u64;
     let k = key(&n.prefix, &event);
-    if n.wait_replicas > 0 {
-        return durable(&n, &k, now, &event, &ticket).await;
-    }
     let mut pipe = redis::pipe();
     pipe.cmd("ZADD")
         .arg(&k)
@@ -134,6 +131,9 @@ async fn enter(
         .cmd("ZRANK")
         .arg(&k)
         .arg(&ticket);
+    if n.wait_replicas > 0 {
+        return durable(&n, pipe, &k, &event, &ticket).await;
+    }
     let rank: Result<(Option<i64>,), _> = pipe.query_async(&mut n.conn()).await;
     match rank {
         Ok((Some(r),)) => status(&event, &ticket, r),
@@ -141,13 +141,16 @@ async fn enter(
     }
 }
 
-/// An enter's `ZADD` + `ZRANK` with a `WAIT` behind them, all three on the line's primary:
+/// An enter's pipeline (`ZADD` + `ZRANK`) with a `WAIT` behind it, all on the line's primary:
 /// answered only once `wait_replicas` replicas hold the place, else 503 (as the service).
-async fn durable(n: &Naive, k: &str, now: u64, event: &str, ticket: &str) -> Response {
+async fn durable(
+    n: &Naive,
+    mut pipe: redis::Pipeline,
+    k: &str,
+    event: &str,
+    ticket: &str,
+) -> Response {
     use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
-    let mut pipe = redis::pipe();
-    pipe.cmd("ZADD").arg(k).arg("NX").arg(now).arg(ticket);
-    pipe.cmd("ZRANK").arg(k).arg(ticket);
     pipe.cmd("WAIT").arg(n.wait_replicas).arg(WAIT_MS);
     let slot = waitroom::redis::keys::slot(k);
     let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
