@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::future::join_all;
+use futures::StreamExt;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -16,6 +17,7 @@ use crate::common::{assert_error, eventually, spawn_app, spawn_app_with, unique,
 use crate::strategies::{set_strategy, EVERY_DIRECTION};
 
 /// Polls every ticket; returns ticket → (status, position).
+/// Where each of `tickets` stands, polled through `app`, at most [`POLLS_AT_ONCE`] at a time.
 async fn standings(app: &TestApp, ev: &str, tickets: &[String]) -> HashMap<String, (String, u64)> {
     let polls = tickets.iter().map(|t| async move {
         let s = app.poll_ok(ev, t).await;
@@ -27,8 +29,18 @@ async fn standings(app: &TestApp, ev: &str, tickets: &[String]) -> HashMap<Strin
             ),
         )
     });
-    join_all(polls).await.into_iter().collect()
+    futures::stream::iter(polls)
+        .buffer_unordered(POLLS_AT_ONCE)
+        .collect()
+        .await
 }
+
+/// Polls in flight at once in [`standings`]. The figures test once got a 503 among its 1,300
+/// polls sent all at once through an instance that runs a script per poll (cause not found; a
+/// burst outrunning the tests' 3 s Redis response bound on a loaded machine is the likeliest,
+/// and a 503 is what the service promises then). What these tests check is each position, not
+/// how a burst is absorbed.
+const POLLS_AT_ONCE: usize = 100;
 
 async fn ticket_of(s: &Value) -> String {
     s["ticket"].as_str().unwrap().to_owned()
