@@ -1,9 +1,10 @@
 //! Waiting-room endpoints: enter, poll, leave.
 
 use axum::extract::{Path, RawQuery, State};
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::{Json, Router};
+use axum::Router;
 use serde::Deserialize;
 use utoipa::ToSchema;
 
@@ -56,7 +57,7 @@ pub(crate) async fn enter_queue(
     State(state): State<AppState>,
     Path(event): Path<String>,
     ApiJson(body): ApiJson<EnterRequest>,
-) -> Result<Json<QueueStatus>, ApiError> {
+) -> Result<StatusJson, ApiError> {
     let event = EventId::parse(&event)?;
     let user = UserId::parse(&body.user_id)?;
     let ev = state.queue.event(&event).await?;
@@ -73,7 +74,9 @@ pub(crate) async fn enter_queue(
     }
     // After verification: bad tokens for someone's user id cannot spend that user's budget.
     state.limit(user.as_str(), "user")?;
-    Ok(Json(state.queue.enter_event(&event, &ev, &user).await?))
+    Ok(StatusJson(
+        state.queue.enter_event(&event, &ev, &user).await?,
+    ))
 }
 
 /// Where a ticket stands now.
@@ -95,12 +98,29 @@ pub(crate) async fn poll_queue(
     State(state): State<AppState>,
     Path((event, ticket)): Path<(String, String)>,
     RawQuery(query): RawQuery,
-) -> Result<Json<QueueStatus>, ApiError> {
+) -> Result<StatusJson, ApiError> {
     let event = EventId::parse(&event)?;
     let ticket = Ticket::parse(&ticket)?;
     let last = last_shown(query.as_deref())?;
     state.limit(&ticket.to_member(), "ticket")?;
-    Ok(Json(state.queue.poll_since(&event, &ticket, last).await?))
+    Ok(StatusJson(
+        state.queue.poll_since(&event, &ticket, last).await?,
+    ))
+}
+
+/// A queue status answer: what `Json(status)` sends (`content-type: application/json`, the same
+/// bytes), written by [`QueueStatus::to_json`] instead of the derived serializer.
+pub(crate) struct StatusJson(QueueStatus);
+
+impl IntoResponse for StatusJson {
+    fn into_response(self) -> Response {
+        let mut r = Response::new(axum::body::Body::from(self.0.to_json()));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        r
+    }
 }
 
 /// The optional `last=<position>` of a poll: the position the client shows now (docs/api.md).

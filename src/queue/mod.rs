@@ -15,6 +15,7 @@ pub mod event;
 mod numbered;
 pub mod scores;
 pub mod snapshot;
+mod status_json;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
