@@ -3,7 +3,9 @@
 //! and per value, each key's bytes scanned for escapes; `scripts/bench-instr`,
 //! docs/benchmarks.md, "The queue status written by hand"). Here the keys are literals and
 //! the numbers go through `itoa`. The bytes are serde_json's, byte for byte (the unit tests
-//! compare both over arbitrary values), so the derived `Serialize` stays the definition.
+//! compare both over arbitrary values), so the derived `Serialize` stays the definition. A field
+//! added to the struct stops the tests' generator from compiling until it is generated there,
+//! and then the comparison fails until it is written here.
 
 use super::QueueStatus;
 
