@@ -16,8 +16,8 @@ use crate::common::procs::RedisProcs;
 use crate::common::{assert_error, eventually, spawn_app, spawn_app_with, unique, TestApp};
 use crate::strategies::{set_strategy, EVERY_DIRECTION};
 
-/// Polls every ticket; returns ticket → (status, position).
-/// Where each of `tickets` stands, polled through `app`, at most [`POLLS_AT_ONCE`] at a time.
+/// Where each of `tickets` stands, ticket → (status, position), polled through `app`, at most
+/// [`POLLS_AT_ONCE`] at a time.
 async fn standings(app: &TestApp, ev: &str, tickets: &[String]) -> HashMap<String, (String, u64)> {
     let polls = tickets.iter().map(|t| async move {
         let s = app.poll_ok(ev, t).await;
