@@ -187,6 +187,11 @@ impl Keys {
         }
     }
 
+    /// The prefix every key starts with.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     /// The registry of events.
     pub fn registry(&self) -> String {
         format!("{}:events", self.prefix)

@@ -24,8 +24,6 @@ pub struct TestApp {
     pub http: reqwest::Client,
     pub redis: RedisConn,
     pub keys: Keys,
-    /// The prefix of every key of this instance (its keys are `keys`).
-    key_prefix: String,
     /// The service's bookings topic.
     pub kafka_topic: String,
     shutdown: CancellationToken,
@@ -93,7 +91,6 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
             .build()
             .unwrap(),
         keys: Keys::new(redis_cfg.key_prefix.clone()),
-        key_prefix: redis_cfg.key_prefix.clone(),
         kafka_topic,
         redis,
         shutdown,
@@ -132,7 +129,7 @@ impl TestApp {
     /// A second instance of the service on the same keys (the same key prefix): another
     /// replica of the deployment, with its own caches and its own admission task.
     pub async fn another_instance(&self) -> TestApp {
-        let prefix = self.key_prefix.clone();
+        let prefix = self.keys.prefix().to_owned();
         spawn_app_with(|c| c.redis.key_prefix = prefix).await
     }
 
