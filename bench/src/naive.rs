@@ -14,6 +14,13 @@
 //! one connection per node the enters would take turns, a replica round trip each;
 //! `--connections N` opens N cluster connections and spreads the requests over them, so that
 //! N waits can be on their way at once.
+//!
+//! `--floor` answers the same routes with the same parsing, signing and answers but sends
+//! nothing to Redis (an enter's position is a counter in the process, a poll's is 1): the most
+//! requests per second an axum server answering these routes reaches on the machine, the
+//! ceiling over any layout of the line. A server that answers these routes through axum with
+//! these answers, whatever it keeps in Redis, does no better, so `floor ÷ naive` bounds the
+//! ratio any such design can show on the machine.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -57,6 +64,9 @@ pub struct NaiveArgs {
     /// node the service's client also keeps).
     #[arg(long, default_value_t = 1)]
     pub connections: usize,
+    /// Answer without Redis: the HTTP ceiling (see the module's documentation).
+    #[arg(long)]
+    pub floor: bool,
 }
 
 struct Naive {
@@ -65,6 +75,8 @@ struct Naive {
     signer: Signer,
     prefix: String,
     wait_replicas: u32,
+    /// `--floor`: no Redis; the enters answered so far number the next one.
+    floor: Option<std::sync::atomic::AtomicI64>,
 }
 
 impl Naive {
@@ -116,6 +128,10 @@ async fn enter(
         return error(StatusCode::BAD_REQUEST, "bad_request");
     };
     let ticket = n.signer.ticket(&ev, &user).to_string();
+    if let Some(entered) = &n.floor {
+        let rank = entered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return status(&event, &ticket, rank);
+    }
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
@@ -166,6 +182,9 @@ async fn poll(
     State(n): State<Arc<Naive>>,
     Path((event, ticket)): Path<(String, String)>,
 ) -> Response {
+    if n.floor.is_some() {
+        return status(&event, &ticket, 0);
+    }
     let rank: Result<Option<i64>, _> = redis::cmd("ZRANK")
         .arg(key(&n.prefix, &event))
         .arg(&ticket)
@@ -182,7 +201,12 @@ async fn poll(
 pub async fn run(args: NaiveArgs) -> anyhow::Result<()> {
     let client = redis::cluster::ClusterClient::new(args.redis_nodes.clone())?;
     let mut redis = Vec::new();
-    for _ in 0..args.connections.max(1) {
+    let connections = if args.floor {
+        0
+    } else {
+        args.connections.max(1)
+    };
+    for _ in 0..connections {
         redis.push(
             client
                 .get_async_connection()
@@ -196,6 +220,7 @@ pub async fn run(args: NaiveArgs) -> anyhow::Result<()> {
         signer: Signer::new(DEV_TOKEN_SECRET),
         prefix: args.key_prefix,
         wait_replicas: args.wait_replicas,
+        floor: args.floor.then(Default::default),
     });
     let app = Router::new()
         .route("/v1/events/{event}/queue", post(enter))
@@ -203,7 +228,12 @@ pub async fn run(args: NaiveArgs) -> anyhow::Result<()> {
         .route("/healthz", get(|| async { "ok" }))
         .with_state(state);
     let listener = tokio::net::TcpListener::bind(args.addr).await?;
-    println!("naive one-set server listening on http://{}", args.addr);
+    let what = if args.floor {
+        "naive server's floor (no Redis)"
+    } else {
+        "naive one-set server"
+    };
+    println!("{what} listening on http://{}", args.addr);
     axum::serve(listener, app).await?;
     Ok(())
 }
