@@ -57,6 +57,12 @@ pub const NUMBERS_NOT_REPLICATED: &str = "waitroom_numbers_not_replicated_total"
 /// (`lua/nl_snapshot.lua`, at most one per `WAITROOM_NUMBERED_SNAPSHOT_MS` per event and
 /// instance, fewer while nobody polls).
 pub const LINE_FIGURES_READS: &str = "waitroom_line_figures_reads_total";
+/// Bytes of departure bits those reads received from the event's primary: the blocks that
+/// changed since the instance's last read, or every block holding a departure on a first read.
+pub const LINE_FIGURES_BYTES: &str = "waitroom_line_figures_bytes_total";
+/// Blocks of departure bits those reads did not receive because the instance held them
+/// unchanged (4,096 bytes each; the bitmap's last block may be shorter).
+pub const LINE_FIGURES_BLOCKS_HELD: &str = "waitroom_line_figures_blocks_held_total";
 /// Redis commands one poll of a waiting person sent to find its position (round trips, counted
 /// where they are sent; the occasional record of the poll is not one of them), by the
 /// `strategy` that computed the position; 0 for a numbered line's position computed from the

@@ -575,18 +575,25 @@ impl Queue {
     async fn position_from_figures(&self, ev: &Event, place: Place, period: u64) -> Option<u64> {
         let figures = self
             .snapshots
-            .figures(&ev.numbered.line, || async {
+            .figures(&ev.numbered.line, |held| async move {
                 metrics::counter!(crate::telemetry::LINE_FIGURES_READS).increment(1);
-                let reply: Vec<redis::Value> =
-                    with_numbered_keys(&self.store.scripts().nl_snapshot, &ev.numbered)
-                        .invoke_async(&mut self.store.conn())
-                        .await
-                        .ok()?;
-                let figures = LineFigures::from_reply(reply);
-                if figures.is_none() {
-                    tracing::warn!(event = %ev.id, "a numbered line's figures could not be read");
+                let mut call = with_numbered_keys(&self.store.scripts().nl_snapshot, &ev.numbered);
+                if let Some(held) = &held {
+                    for arg in held.held_args() {
+                        call.arg(arg);
+                    }
                 }
-                figures
+                let reply: Vec<redis::Value> =
+                    call.invoke_async(&mut self.store.conn()).await.ok()?;
+                let Some((figures, received)) = LineFigures::from_reply(reply, held.as_deref())
+                else {
+                    tracing::warn!(event = %ev.id, "a numbered line's figures could not be read");
+                    return None;
+                };
+                metrics::counter!(crate::telemetry::LINE_FIGURES_BYTES).increment(received.bytes);
+                metrics::counter!(crate::telemetry::LINE_FIGURES_BLOCKS_HELD)
+                    .increment(received.held);
+                Some(figures)
             })
             .await?;
         let position = figures.position(place.n)?;

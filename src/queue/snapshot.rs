@@ -23,6 +23,12 @@
 //! event costs one script per three quarters of the age per instance, whatever the polls (a
 //! failed read is not tried again within the age: the polls take their scripts, which answer
 //! for the fault).
+//!
+//! A read offers the blocks of the instance's last read (within [`HELD_FOR`]), and Redis sends
+//! only the blocks whose count of departures changed since: a departure bit is never cleared,
+//! so a block with as many departures as the copy holds the same ones. Under a steady stream of
+//! polls a read then carries the figures and the blocks that gained a departure in the last
+//! three quarters of the age, not every block from the boundary on.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -88,9 +94,24 @@ fn bit(bits: &[u8], i: u64) -> bool {
         .is_some_and(|b| (b >> (7 - i % 8)) & 1 == 1)
 }
 
+/// What one read of a line's figures received.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Received {
+    /// Bytes of departure bits sent by Redis.
+    pub bytes: u64,
+    /// Blocks with departures not sent, because the instance held them unchanged.
+    pub held: u64,
+}
+
 impl LineFigures {
-    /// Reads `lua/nl_snapshot.lua`'s reply.
-    pub fn from_reply(reply: Vec<redis::Value>) -> Option<Self> {
+    /// Reads `lua/nl_snapshot.lua`'s reply to a read that offered `held` (the arguments of
+    /// [`LineFigures::held_args`]): a block answered nil ("keep yours") takes its bits from
+    /// `held`, whose copy must hold exactly the departures the reply counts in it. `None`
+    /// for a reply that does not add up.
+    pub fn from_reply(
+        reply: Vec<redis::Value>,
+        held: Option<&LineFigures>,
+    ) -> Option<(Self, Received)> {
         let int = |v: &redis::Value| match v {
             redis::Value::Int(i) => Some(*i),
             _ => None,
@@ -99,29 +120,69 @@ impl LineFigures {
         let [b, gb, t, m, seq, k0] = head.as_slice() else {
             return None;
         };
-        let mut blocks = Vec::new();
-        for pair in reply[6..].chunks(2) {
-            let [before, bits] = pair else { return None };
-            let bits = match bits {
-                redis::Value::BulkString(s) => s.clone(),
-                _ => return None,
-            };
-            blocks.push(Block {
-                before: u64::try_from(int(before)?).ok()?,
-                bits,
-            });
-        }
-        let figures = LineFigures {
+        let mut figures = LineFigures {
             b: u64::try_from(*b).ok()?,
             gb: u64::try_from(*gb).ok()?,
             t: u64::try_from(*t).ok()?,
             m: *m,
             seq: u64::try_from(*seq).ok()?,
             k0: u64::try_from(*k0).ok()?,
-            blocks,
+            blocks: Vec::new(),
         };
+        // The blocks' bits, None where the reply says to keep the held copy.
+        let mut sent = Vec::new();
+        for pair in reply[6..].chunks(2) {
+            let [before, bits] = pair else { return None };
+            let bits = match bits {
+                redis::Value::BulkString(s) => Some(s.clone()),
+                redis::Value::Nil => None,
+                _ => return None,
+            };
+            sent.push((u64::try_from(int(before)?).ok()?, bits));
+        }
         let expected = (figures.m + 1 - figures.k0 as i64).max(0) as usize;
-        (figures.blocks.len() == expected).then_some(figures)
+        if sent.len() != expected {
+            return None;
+        }
+        let mut received = Received::default();
+        for i in 0..sent.len() {
+            let before = sent[i].0;
+            let bits = match sent[i].1.take() {
+                Some(bits) => {
+                    received.bytes += bits.len() as u64;
+                    bits
+                }
+                None => {
+                    let k = figures.k0 + i as u64;
+                    let after = sent.get(i + 1).map_or(figures.t, |next| next.0);
+                    let copy = held?.block(k)?;
+                    if after.checked_sub(before)? != ones_before(&copy.bits, BLOCK) {
+                        return None;
+                    }
+                    received.held += 1;
+                    copy.bits.clone()
+                }
+            };
+            figures.blocks.push(Block { before, bits });
+        }
+        Some((figures, received))
+    }
+
+    /// Block `k`, when these figures hold it.
+    fn block(&self, k: u64) -> Option<&Block> {
+        self.blocks
+            .get(usize::try_from(k.checked_sub(self.k0)?).ok()?)
+    }
+
+    /// The arguments of a read that offers these figures' blocks (`lua/nl_snapshot.lua`'s
+    /// ARGV): the counter, all departures, the first block, and the departures in each block.
+    pub fn held_args(&self) -> Vec<u64> {
+        let mut args = vec![self.seq, self.t, self.k0];
+        for (i, block) in self.blocks.iter().enumerate() {
+            let after = self.blocks.get(i + 1).map_or(self.t, |next| next.before);
+            args.push(after.saturating_sub(block.before));
+        }
+        args
     }
 
     /// The position of number `n`, handed out, as of the read: `n − b + 1` less the
@@ -161,7 +222,17 @@ struct Slot {
     generation: AtomicU64,
     /// Held by the one request reading the figures; the others wait for its read.
     reading: tokio::sync::Mutex<Option<Instant>>,
+    /// The last figures read and when their read began, kept through changes: the next read
+    /// offers their blocks, and Redis sends only the blocks that changed since
+    /// ([`HELD_FOR`]).
+    last: RwLock<Option<(Instant, Arc<LineFigures>)>>,
 }
+
+/// How long the last figures read are offered to the next read. A departure bit is never
+/// cleared while a line lives, so a block with as many departures as a copy holds the same
+/// ones; the bound (with the script's check that neither the counter nor the departures went
+/// back) keeps a copy from outliving its line.
+const HELD_FOR: Duration = Duration::from_secs(10);
 
 /// Figures kept: when their read began, the generation then, the figures.
 type Kept = (Instant, u64, Arc<LineFigures>);
@@ -225,9 +296,11 @@ impl Snapshots {
     /// kept ones, still within the age: under a steady stream of polls only the reader waits
     /// for a read. `None` when snapshots are off or the read failed (then no one reads again
     /// for an age: the polls take their scripts, which answer for the fault themselves).
+    ///
+    /// `read` is given the last figures read within [`HELD_FOR`], to offer their blocks.
     pub async fn figures<F, R>(&self, line: &str, read: F) -> Option<Arc<LineFigures>>
     where
-        F: FnOnce() -> R,
+        F: FnOnce(Option<Arc<LineFigures>>) -> R,
         R: std::future::Future<Output = Option<LineFigures>>,
     {
         if self.max_age.is_zero() {
@@ -270,7 +343,7 @@ impl Snapshots {
         read: F,
     ) -> Option<Arc<LineFigures>>
     where
-        F: FnOnce() -> R,
+        F: FnOnce(Option<Arc<LineFigures>>) -> R,
         R: std::future::Future<Output = Option<LineFigures>>,
     {
         if failed.is_some_and(|at| at.elapsed() < self.max_age) {
@@ -278,12 +351,17 @@ impl Snapshots {
         }
         let generation = slot.generation.load(Ordering::Acquire);
         let started = Instant::now();
-        let Some(figures) = read().await else {
+        let held = match &*slot.last.read().unwrap_or_else(|p| p.into_inner()) {
+            Some((at, f)) if at.elapsed() < HELD_FOR => Some(f.clone()),
+            _ => None,
+        };
+        let Some(figures) = read(held).await else {
             *failed = Some(Instant::now());
             return None;
         };
         *failed = None;
         let figures = Arc::new(figures);
+        *slot.last.write().unwrap_or_else(|p| p.into_inner()) = Some((started, figures.clone()));
         // A change by this instance during the read: these figures may not show it.
         if slot.generation.load(Ordering::Acquire) == generation {
             *slot.current.write().unwrap_or_else(|p| p.into_inner()) =
@@ -376,6 +454,105 @@ mod tests {
         assert_eq!(l.position(150_000), Some(150_000 - 2));
     }
 
+    /// `lua/nl_snapshot.lua`'s reply for the line `l`, to a read that offered `held`: a block
+    /// with as many departures as the held copy's is answered nil.
+    fn reply(l: &LineFigures, held: Option<&LineFigures>) -> Vec<redis::Value> {
+        use redis::Value::{BulkString, Int, Nil};
+        let held_counts: HashMap<u64, u64> = held
+            .map(|h| {
+                let args = h.held_args();
+                (0..args.len() - 3)
+                    .map(|i| (args[2] + i as u64, args[3 + i]))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut out = vec![
+            Int(l.b as i64),
+            Int(l.gb as i64),
+            Int(l.t as i64),
+            Int(l.m),
+            Int(l.seq as i64),
+            Int(l.k0 as i64),
+        ];
+        for (i, block) in l.blocks.iter().enumerate() {
+            let k = l.k0 + i as u64;
+            let after = l.blocks.get(i + 1).map_or(l.t, |next| next.before);
+            out.push(Int(block.before as i64));
+            let count = after - block.before;
+            out.push(if count > 0 && held_counts.get(&k) == Some(&count) {
+                Nil
+            } else {
+                BulkString(block.bits.clone())
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn a_read_keeps_the_blocks_it_holds_unchanged_and_takes_the_rest() {
+        let first = line(40_000, 150_000, &[5, 40_001, 70_000, 100_000, 100_003]);
+        let (got, received) = LineFigures::from_reply(reply(&first, None), None).unwrap();
+        assert_eq!(got, first);
+        assert_eq!(
+            received,
+            Received {
+                bytes: 3 * 4096,
+                held: 0
+            },
+            "blocks 1, 2 and 3"
+        );
+        // One more departure, in block 2: blocks 1 and 3 are kept, block 2 is sent.
+        let second = line(
+            40_000,
+            150_000,
+            &[5, 40_001, 70_000, 70_001, 100_000, 100_003],
+        );
+        let (got, received) =
+            LineFigures::from_reply(reply(&second, Some(&first)), Some(&first)).unwrap();
+        assert_eq!(
+            got, second,
+            "the kept blocks and the sent one make the line as it is"
+        );
+        assert_eq!(
+            received,
+            Received {
+                bytes: 4096,
+                held: 2
+            }
+        );
+        for n in [40_002, 70_002, 99_999, 100_004, 149_999] {
+            assert_eq!(got.position(n), second.position(n), "n {n}");
+        }
+        // The boundary moved into block 2: block 1 is no longer read, block 2 kept.
+        let third = line(
+            66_000,
+            150_000,
+            &[5, 40_001, 70_000, 70_001, 100_000, 100_003],
+        );
+        let (got, received) =
+            LineFigures::from_reply(reply(&third, Some(&second)), Some(&second)).unwrap();
+        assert_eq!(got, third);
+        assert_eq!(received, Received { bytes: 0, held: 2 });
+    }
+
+    #[test]
+    fn a_kept_block_that_does_not_add_up_fails_the_read() {
+        let first = line(1, 100_000, &[5, 70_000]);
+        let second = line(1, 100_000, &[5, 6, 70_000]);
+        // A nil for block 0 whose held copy holds one departure where the reply counts two.
+        let mut wrong = reply(&second, Some(&second));
+        assert_eq!(wrong[7], redis::Value::Nil);
+        assert!(LineFigures::from_reply(wrong.clone(), Some(&first)).is_none());
+        // A nil with nothing held.
+        assert!(LineFigures::from_reply(wrong.clone(), None).is_none());
+        // A nil for a block the held figures do not reach.
+        let short = line(40_000, 100_000, &[70_000]);
+        assert!(LineFigures::from_reply(wrong.clone(), Some(&short)).is_none());
+        // Any other kind of value.
+        wrong[7] = redis::Value::Int(1);
+        assert!(LineFigures::from_reply(wrong, Some(&second)).is_none());
+    }
+
     #[test]
     fn bits_are_counted_high_bit_first() {
         let bits = [0b1010_0000u8, 0xff];
@@ -390,7 +567,7 @@ mod tests {
 
     /// Reads figures with a read that counts its calls.
     async fn read(s: &Snapshots, reads: &AtomicU64, ok: bool) -> Option<Arc<LineFigures>> {
-        s.figures("l", || async {
+        s.figures("l", |_| async {
             reads.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(Duration::from_millis(20)).await;
             ok.then(|| line(1, 10, &[]))
@@ -455,7 +632,7 @@ mod tests {
         // Past 750 ms, under 1,000.
         tokio::time::sleep(Duration::from_millis(800)).await;
         let done = std::sync::atomic::AtomicBool::new(false);
-        let reader = s.figures("l", || async {
+        let reader = s.figures("l", |_| async {
             reads.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(Duration::from_millis(150)).await;
             done.store(true, Ordering::SeqCst);

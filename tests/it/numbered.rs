@@ -780,6 +780,124 @@ async fn positions_from_the_lines_figures_are_the_scripts_positions() {
     );
 }
 
+/// `app`'s reads of numbered lines' figures: (reads, blocks kept, bytes received).
+async fn figure_reads(app: &TestApp) -> (f64, f64, f64) {
+    (
+        app.metric("waitroom_line_figures_reads_total").await,
+        app.metric("waitroom_line_figures_blocks_held_total").await,
+        app.metric("waitroom_line_figures_bytes_total").await,
+    )
+}
+
+/// Numbers `leavers` of `line` (number, ticket) leave through `a`, then everyone polls through
+/// `a` (figures kept) and `b` (a script per poll): both give places 1.. exactly. Returns what
+/// `a`'s one read after the leaves received: (blocks kept, bytes).
+async fn figures_round(
+    a: &TestApp,
+    b: &TestApp,
+    ev: &str,
+    leavers: &[u64],
+    line: &mut Vec<(u64, String)>,
+) -> (f64, f64) {
+    for (_, t) in line.iter().filter(|(n, _)| leavers.contains(n)) {
+        assert_eq!(a.leave(ev, t).await.status(), StatusCode::NO_CONTENT);
+    }
+    line.retain(|(n, _)| !leavers.contains(n));
+    let tickets: Vec<String> = line.iter().map(|(_, t)| t.clone()).collect();
+    let before = figure_reads(a).await;
+    let want: Vec<u64> = (1..=tickets.len() as u64).collect();
+    assert_eq!(positions(a, ev, &tickets).await, want, "after {leavers:?}");
+    assert_eq!(positions(b, ev, &tickets).await, want, "the reference");
+    let after = figure_reads(a).await;
+    assert_eq!(after.0 - before.0, 1.0, "one read after the leaves");
+    (after.1 - before.1, after.2 - before.2)
+}
+
+/// A read of a numbered line's figures receives only the departure blocks that changed since
+/// the instance's last read (lua/nl_snapshot.lua, src/queue/snapshot.rs): a block it holds with
+/// as many departures is kept, and positions from kept blocks are the scripts' positions.
+#[tokio::test]
+async fn a_read_of_the_figures_receives_only_the_blocks_that_changed() {
+    let prefix = unique("t");
+    // Figures kept ten minutes: only this instance's own leaves make it read them again.
+    let a = spawn_app_with(|c| {
+        c.redis.key_prefix = prefix.clone();
+        c.redis.numbered_snapshot_ms = 600_000;
+    })
+    .await;
+    // The reference: a script for every poll, no figures.
+    let b = spawn_app_with(|c| {
+        c.redis.key_prefix = prefix.clone();
+        c.redis.numbered_snapshot_ms = 0;
+    })
+    .await;
+    let ev = unique("e");
+    a.create_event(
+        &ev,
+        json!({"line_form": "numbered", "shards": 1, "admit_per_second": 0,
+               "abandon_after_seconds": ABANDON_S}),
+    )
+    .await;
+    // Numbers from 65,001: 65,001–65,535 in departure block 1, 65,536–65,800 in block 2.
+    let keys = a.keys.numbered(&ev);
+    let mut conn = a.redis.clone();
+    let () = redis::cmd("HSET")
+        .arg(&keys.line)
+        .arg("b")
+        .arg(65_001)
+        .arg("e")
+        .arg(65_001)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let () = redis::cmd("SET")
+        .arg(&keys.seq)
+        .arg(65_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut line: Vec<(u64, String)> = Vec::new();
+    for chunk in (0..800).collect::<Vec<_>>().chunks(100) {
+        let entered = join_all(chunk.iter().map(|i| {
+            let (a, ev) = (&a, &ev);
+            async move { a.enter_ok(ev, &format!("u{i}")).await }
+        }))
+        .await;
+        for s in entered {
+            line.push((
+                65_000 + s["position"].as_u64().unwrap(),
+                ticket_of(&s).await,
+            ));
+        }
+    }
+    line.sort();
+    assert_eq!(line.last().unwrap().0, 65_800, "800 places, no gap");
+    // Everyone polls once: `a` holds figures with no departure.
+    let tickets: Vec<String> = line.iter().map(|(_, t)| t.clone()).collect();
+    assert_eq!(
+        positions(&a, &ev, &tickets).await,
+        (1..=800).collect::<Vec<u64>>()
+    );
+    // A departure in each block: nothing held has any, both are received.
+    let (kept, bytes) = figures_round(&a, &b, &ev, &[65_101, 65_701], &mut line).await;
+    assert_eq!(kept, 0.0);
+    assert!(
+        bytes > 4096.0,
+        "block 1 whole and block 2's start: {bytes} bytes"
+    );
+    // One more in block 2: block 1 is kept, only block 2's bytes come.
+    let (kept, bytes) = figures_round(&a, &b, &ev, &[65_601], &mut line).await;
+    assert_eq!(kept, 1.0, "block 1 kept");
+    assert!(
+        bytes > 0.0 && bytes < 4096.0,
+        "block 2 alone: {bytes} bytes"
+    );
+    // One more in block 1: block 2 is kept, block 1 comes whole.
+    let (kept, bytes) = figures_round(&a, &b, &ev, &[65_051], &mut line).await;
+    assert_eq!(kept, 1.0, "block 2 kept");
+    assert_eq!(bytes, 4096.0, "block 1 alone");
+}
+
 /// Where a member's index entry is, for an event whose stored configuration is `cfg`: in the
 /// event's slot, or (`index_in_line` absent or false) in the tag of shard `bucket mod shards`.
 fn index_key_of(app: &TestApp, ev: &str, cfg: &Value, ticket: &str) -> String {
