@@ -228,10 +228,11 @@ struct Slot {
     last: RwLock<Option<(Instant, Arc<LineFigures>)>>,
 }
 
-/// How long the last figures read are offered to the next read. A departure bit is never
-/// cleared while a line lives, so a block with as many departures as a copy holds the same
-/// ones; the bound (with the script's check that neither the counter nor the departures went
-/// back) keeps a copy from outliving its line.
+/// How long the last figures read are offered to the next read, at least (twice the age when
+/// that is longer, so that figures kept long are still offered when they are read anew). A
+/// departure bit is never cleared while a line lives, so a block with as many departures as a
+/// copy holds the same ones; the bound (with the script's check that neither the counter nor
+/// the departures went back) keeps a copy from outliving its line.
 const HELD_FOR: Duration = Duration::from_secs(10);
 
 /// Figures kept: when their read began, the generation then, the figures.
@@ -352,7 +353,7 @@ impl Snapshots {
         let generation = slot.generation.load(Ordering::Acquire);
         let started = Instant::now();
         let held = match &*slot.last.read().unwrap_or_else(|p| p.into_inner()) {
-            Some((at, f)) if at.elapsed() < HELD_FOR => Some(f.clone()),
+            Some((at, f)) if at.elapsed() < HELD_FOR.max(2 * self.max_age) => Some(f.clone()),
             _ => None,
         };
         let Some(figures) = read(held).await else {
@@ -507,8 +508,10 @@ mod tests {
             150_000,
             &[5, 40_001, 70_000, 70_001, 100_000, 100_003],
         );
-        let (got, received) =
-            LineFigures::from_reply(reply(&second, Some(&first)), Some(&first)).unwrap();
+        let read_after = |l: &LineFigures, held: &LineFigures| {
+            LineFigures::from_reply(reply(l, Some(held)), Some(held)).unwrap()
+        };
+        let (got, received) = read_after(&second, &first);
         assert_eq!(
             got, second,
             "the kept blocks and the sent one make the line as it is"
@@ -529,8 +532,7 @@ mod tests {
             150_000,
             &[5, 40_001, 70_000, 70_001, 100_000, 100_003],
         );
-        let (got, received) =
-            LineFigures::from_reply(reply(&third, Some(&second)), Some(&second)).unwrap();
+        let (got, received) = read_after(&third, &second);
         assert_eq!(got, third);
         assert_eq!(received, Received { bytes: 0, held: 2 });
     }
@@ -662,12 +664,13 @@ mod tests {
 
     #[tokio::test]
     async fn figures_age_out_and_zero_turns_them_off() {
-        let s = Snapshots::new(Duration::from_millis(30));
+        // An age well above a loaded machine's pauses (30 ms once failed under a parallel run).
+        let s = Snapshots::new(Duration::from_millis(300));
         let reads = AtomicU64::new(0);
         read(&s, &reads, true).await;
         read(&s, &reads, true).await;
         assert_eq!(reads.load(Ordering::SeqCst), 1);
-        tokio::time::sleep(Duration::from_millis(40)).await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
         read(&s, &reads, true).await;
         assert_eq!(reads.load(Ordering::SeqCst), 2, "aged out");
         let off = Snapshots::new(Duration::ZERO);

@@ -648,6 +648,37 @@ async fn positions(app: &TestApp, ev: &str, tickets: &[String]) -> Vec<u64> {
 /// The abandon time of the figures test's event: a record period is a quarter of it.
 const ABANDON_S: u64 = 600;
 
+/// A numbered event made through `app` whose line starts at number 65,001 (departure block 1
+/// ends at 65,535): one shard, so the horizon is 1,000 numbers from the boundary; admission
+/// held back.
+async fn line_from_65_001(app: &TestApp) -> String {
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"line_form": "numbered", "shards": 1, "admit_per_second": 0,
+               "abandon_after_seconds": ABANDON_S}),
+    )
+    .await;
+    let keys = app.keys.numbered(&ev);
+    let mut conn = app.redis.clone();
+    let () = redis::cmd("HSET")
+        .arg(&keys.line)
+        .arg("b")
+        .arg(65_001)
+        .arg("e")
+        .arg(65_001)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let () = redis::cmd("SET")
+        .arg(&keys.seq)
+        .arg(65_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    ev
+}
+
 /// Positions computed by the service from the line's figures (src/queue/snapshot.rs) are the
 /// scripts' exact positions: across a departure block's edge, for people near the front whose
 /// record is current and for people beyond the horizon, right after leaves through the same
@@ -670,33 +701,9 @@ async fn positions_from_the_lines_figures_are_the_scripts_positions() {
     .await;
     // The default age.
     let c = spawn_app_with(|c| c.redis.key_prefix = prefix.clone()).await;
-    let ev = unique("e");
-    // One shard: the horizon is 1,000 numbers from the boundary.
-    a.create_event(
-        &ev,
-        json!({"line_form": "numbered", "shards": 1, "admit_per_second": 0,
-               "abandon_after_seconds": ABANDON_S}),
-    )
-    .await;
     // The line starts at number 65,001: its 1,300 people straddle the edge of departure blocks
     // 1 and 2 (32,768 numbers each), and the last 300 are beyond the horizon.
-    let keys = a.keys.numbered(&ev);
-    let mut conn = a.redis.clone();
-    let () = redis::cmd("HSET")
-        .arg(&keys.line)
-        .arg("b")
-        .arg(65_001)
-        .arg("e")
-        .arg(65_001)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let () = redis::cmd("SET")
-        .arg(&keys.seq)
-        .arg(65_000)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let ev = line_from_65_001(&a).await;
     let mut tickets = Vec::new();
     for chunk in (0..1300).collect::<Vec<_>>().chunks(100) {
         let entered = join_all(chunk.iter().map(|i| {
@@ -831,31 +838,8 @@ async fn a_read_of_the_figures_receives_only_the_blocks_that_changed() {
         c.redis.numbered_snapshot_ms = 0;
     })
     .await;
-    let ev = unique("e");
-    a.create_event(
-        &ev,
-        json!({"line_form": "numbered", "shards": 1, "admit_per_second": 0,
-               "abandon_after_seconds": ABANDON_S}),
-    )
-    .await;
     // Numbers from 65,001: 65,001–65,535 in departure block 1, 65,536–65,800 in block 2.
-    let keys = a.keys.numbered(&ev);
-    let mut conn = a.redis.clone();
-    let () = redis::cmd("HSET")
-        .arg(&keys.line)
-        .arg("b")
-        .arg(65_001)
-        .arg("e")
-        .arg(65_001)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let () = redis::cmd("SET")
-        .arg(&keys.seq)
-        .arg(65_000)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let ev = line_from_65_001(&a).await;
     let mut line: Vec<(u64, String)> = Vec::new();
     for chunk in (0..800).collect::<Vec<_>>().chunks(100) {
         let entered = join_all(chunk.iter().map(|i| {
