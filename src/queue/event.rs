@@ -4,8 +4,8 @@
 //! one. Instances cache it for [`CACHE_TTL`] at most: an admin change (a new strategy, a pause)
 //! reaches every instance within that time — the contract asks for one second.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use moka::future::Cache;
 
@@ -408,6 +408,8 @@ pub struct Event {
     pub numbered: NumberedKeys,
     /// The request path's metric handles for this event.
     pub metrics: EventMetrics,
+    /// When this configuration was read from Redis: it is used until [`CACHE_TTL`] after.
+    read_at: Instant,
 }
 
 /// The metric handles a request of an event records to, registered when the event is read (every
@@ -540,6 +542,21 @@ type LiveFigures = (
 /// paths, so the cache must not grow with whatever a client sends.
 const CACHE_CAPACITY: u64 = 10_000;
 
+/// Most events the request path's first lookup holds ([`EventStore`]'s `hot`). Only events that
+/// exist go there, and they are the operators' own, so this is a bound that a sale never meets;
+/// when it is met the map starts again empty.
+const HOT_CAPACITY: usize = 1_024;
+
+/// The events read lately, looked up by every request before the bounded cache: a lock, a hash
+/// and a clock read, where moka's lookup (its frequency sketch and read log) cost ~1.1k
+/// instructions of a ~38k-instruction poll (`scripts/bench-instr`, docs/benchmarks.md).
+#[derive(Default)]
+struct Hot {
+    events: foldhash::HashMap<EventId, Arc<Event>>,
+    /// Raised by every invalidation: a read begun before it does not put its event back.
+    generation: u64,
+}
+
 /// Reads and caches event configurations.
 ///
 /// A bounded, single-flight cache (moka): when an entry expires under load, one request reads
@@ -551,6 +568,7 @@ pub struct EventStore {
     keys: Keys,
     cache: Cache<EventId, Option<Arc<Event>>>,
     failed: Cache<EventId, ()>,
+    hot: Mutex<Hot>,
 }
 
 impl EventStore {
@@ -566,7 +584,44 @@ impl EventStore {
                 .max_capacity(CACHE_CAPACITY)
                 .time_to_live(FAILED_REFRESH_BACKOFF)
                 .build(),
+            hot: Mutex::default(),
         }
+    }
+
+    fn hot(&self) -> std::sync::MutexGuard<'_, Hot> {
+        self.hot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The event from the first lookup while its configuration is under [`CACHE_TTL`] old; else
+    /// None and the generation to put it back under.
+    fn hot_get(&self, event: &EventId, now: Instant) -> Result<Arc<Event>, u64> {
+        let hot = self.hot();
+        match hot.events.get(event) {
+            Some(ev) if now.saturating_duration_since(ev.read_at) < CACHE_TTL => Ok(ev.clone()),
+            _ => Err(hot.generation),
+        }
+    }
+
+    /// Puts `ev` into the first lookup unless an invalidation came after `generation`.
+    fn hot_put(&self, ev: &Arc<Event>, generation: u64) {
+        let mut hot = self.hot();
+        if hot.generation != generation {
+            return;
+        }
+        if hot.events.len() >= HOT_CAPACITY && !hot.events.contains_key(&ev.id) {
+            hot.events.clear();
+        }
+        hot.events.insert(ev.id.clone(), ev.clone());
+    }
+
+    /// Forgets `event` in both lookups: this instance's next request reads it anew.
+    async fn invalidate(&self, event: &EventId) {
+        {
+            let mut hot = self.hot();
+            hot.generation += 1;
+            hot.events.remove(event);
+        }
+        self.cache.invalidate(event).await;
     }
 
     /// The event, from the cache when fresh.
@@ -575,8 +630,17 @@ impl EventStore {
         conn: &mut RedisConn,
         event: &EventId,
     ) -> Result<Arc<Event>, QueueError> {
+        let now = Instant::now();
+        let generation = match self.hot_get(event, now) {
+            Ok(ev) => return Ok(ev),
+            Err(generation) => generation,
+        };
         if let Some(cached) = self.cache.get(event).await {
-            return cached.ok_or(QueueError::UnknownEvent);
+            let ev = cached.ok_or(QueueError::UnknownEvent)?;
+            if now.saturating_duration_since(ev.read_at) < CACHE_TTL {
+                self.hot_put(&ev, generation);
+            }
+            return Ok(ev);
         }
         if self.failed.contains_key(event) {
             return Err(QueueError::Redis(redis::RedisError::from((
@@ -589,7 +653,11 @@ impl EventStore {
             .try_get_with(event.clone(), self.read(conn, event))
             .await;
         match read {
-            Ok(found) => found.ok_or(QueueError::UnknownEvent),
+            Ok(found) => {
+                let ev = found.ok_or(QueueError::UnknownEvent)?;
+                self.hot_put(&ev, generation);
+                Ok(ev)
+            }
             Err(e) => {
                 self.failed.insert(event.clone(), ()).await;
                 Err(match &*e {
@@ -640,6 +708,7 @@ impl EventStore {
             numbered: self.keys.numbered(event.as_str()),
             metrics: EventMetrics::new(event),
             config,
+            read_at: Instant::now(),
         })))
     }
 
@@ -666,7 +735,7 @@ impl EventStore {
             .await?;
         let _: i64 = conn.sadd(self.keys.registry(), event.as_str()).await?;
         // This instance sees its own change at once; the others within CACHE_TTL.
-        self.cache.invalidate(event).await;
+        self.invalidate(event).await;
         Ok(())
     }
 

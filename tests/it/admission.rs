@@ -205,6 +205,34 @@ async fn a_paused_event_admits_nobody_until_reopened() {
     .await;
 }
 
+/// An instance's own change to an event shows in its very next answer, though every request
+/// reads the configuration from the instance's cache (500 ms): pausing and reopening through
+/// one instance, the next enter there is refused, then let in, with no wait in between. (It
+/// fails when a change leaves the request path's first lookup holding the old configuration.)
+#[tokio::test]
+async fn an_instances_own_change_to_an_event_shows_in_its_next_answer() {
+    let app = spawn_app().await;
+    let ev = unique("e");
+    app.create_event(&ev, json!({"shards": 2, "admit_per_second": 0}))
+        .await;
+    // Read into the cache, and used within its age.
+    assert_eq!(app.enter_ok(&ev, "u1").await["position"], 1);
+    assert_eq!(app.enter_ok(&ev, "u2").await["position"], 2);
+    for round in 0..3 {
+        app.update_event(&ev, json!({"state": "paused"})).await;
+        let r = app.enter(&ev, &format!("p{round}")).await;
+        assert_eq!(r.status(), StatusCode::CONFLICT, "round {round}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"], "event_closed", "round {round}: {body}");
+        app.update_event(&ev, json!({"state": "open"})).await;
+        assert_eq!(
+            app.enter_ok(&ev, &format!("o{round}")).await["position"],
+            3 + round,
+            "round {round}"
+        );
+    }
+}
+
 /// Puts `member` straight into a shard's line with order key `score`, and into its last-seen
 /// set when `seen` (ms) is given: a line shaped as a test needs it, without entering.
 async fn place(app: &TestApp, tag: &str, member: &str, score: f64, seen: Option<f64>) {
