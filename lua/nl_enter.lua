@@ -8,8 +8,13 @@
 -- ARGV[4]  the records' period, ms (see nl_status.lua)
 -- ARGV[5..] the members, in arrival order; member ARGV[i] lives in index bucket KEYS[i + 3]
 --          (a bucket is named once per member, so a key may repeat)
--- Returns  for each member, flat: n, kind, value (nl_status.lua's standing of n: 0 waiting with
---          its position, 1 admitted at ms)
+-- Returns  c, then for each member its number n, then (kind, value) for each member whose n was
+--          sent negated, in order (nl_status.lua's standing of n: 0 waiting with its position, 1
+--          admitted at ms). A number of this batch is sent as it is: it waits at position
+--          max(1, n - c), c being the boundary less one plus the departures at or past it. Only a
+--          place kept (a re-entry) is sent negated with its standing. Compact because the
+--          service parses every integer of the reply (~1.1k instructions each in redis-rs) and
+--          nearly every enter of a surge is a new number.
 --
 -- A member the index already holds keeps its number while that place holds (waiting or
 -- admitted): entering again never moves anyone back. Otherwise (new, or its place is gone: left,
@@ -37,7 +42,9 @@ local b, gb, t = tonumber(f[1]) or 1, tonumber(f[2]) or 0, tonumber(f[3]) or 0
 -- docs/benchmarks.md, "The enter script's instructions").
 local first = tonumber(redis.call('GET', KEYS[6])) or 0
 local top = first
-local out = {}
+local c = b - 1 + (t - gb)
+local out, k = {c}, 1
+local kept, j = {}, 0
 local function enter_all()
   for i = 5, #ARGV do
     local index, member = KEYS[i + 3], ARGV[i]
@@ -63,16 +70,19 @@ local function enter_all()
         end
       end
     end
+    k = k + 1
     if not kind then
-      -- A number of this batch: every departure lies below it.
-      kind, value = 0, math.max(1, n - b + 1 - (t - gb))
+      -- A number of this batch: every departure lies below it, so it waits at max(1, n - c).
+      out[k] = n
       if n - b < horizon and record_at(records(n, n), n, n, period) == nil then
         -- Entered, never polled (as nl_status.lua's 'enter').
         redis.call('SETRANGE', KEYS[5], 2 * n, cell(false, period))
       end
+    else
+      out[k] = -n
+      kept[j + 1], kept[j + 2] = kind, value
+      j = j + 2
     end
-    local o = #out
-    out[o + 1], out[o + 2], out[o + 3] = n, kind, value
   end
 end
 local ok, err = pcall(enter_all)
@@ -81,5 +91,8 @@ if top ~= first then
 end
 if not ok then
   error(err)
+end
+for i = 1, j do
+  out[k + i] = kept[i]
 end
 return out

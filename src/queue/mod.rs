@@ -13,6 +13,7 @@
 pub mod admission;
 pub mod event;
 mod numbered;
+pub use numbered::enter_answers;
 pub mod scores;
 pub mod snapshot;
 mod status_json;

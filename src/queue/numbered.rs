@@ -320,22 +320,27 @@ async fn enters(
     let entries: Vec<&Entry> = batch.iter().filter_map(|a| a.entry.as_ref()).collect();
     let reply = enter_batch(store, script, keys, &entries, probe, replicas, wait).await;
     let answers: Result<Vec<Taken>, Shortfall> = reply.and_then(|r| {
-        if r.len() != 3 * batch.len() {
-            return Err(Shortfall::Redis(
-                redis::ErrorKind::Client,
-                format!(
-                    "nl_enter.lua answered {} values for {} enters",
-                    r.len(),
-                    batch.len()
-                ),
-            ));
-        }
-        Ok(r.chunks(3)
-            .map(|c| Taken {
-                n: c[0].max(0) as u64,
-                standing: Some((c[1], c[2])),
+        enter_answers(&r, batch.len())
+            .map(|taken| {
+                taken
+                    .into_iter()
+                    .map(|(n, kind, value)| Taken {
+                        n,
+                        standing: Some((kind, value)),
+                    })
+                    .collect()
             })
-            .collect())
+            .ok_or_else(|| {
+                Shortfall::Redis(
+                    redis::ErrorKind::Client,
+                    format!(
+                        "nl_enter.lua answered {} values for {} enters: {:?}",
+                        r.len(),
+                        batch.len(),
+                        &r[..r.len().min(8)]
+                    ),
+                )
+            })
     });
     match answers {
         Ok(taken) => {
@@ -351,6 +356,28 @@ async fn enters(
             }
         }
     }
+}
+
+/// `(n, kind, value)` for each of `enters` enters from `lua/nl_enter.lua`'s reply: `c`, then
+/// each enter's number (negated for a kept place), then `(kind, value)` of each kept place in
+/// order. A number sent as it is waits at `max(1, n - c)`. None for a reply of another shape.
+pub fn enter_answers(reply: &[i64], enters: usize) -> Option<Vec<(u64, i64, i64)>> {
+    let (&c, rest) = reply.split_first()?;
+    if rest.len() < enters {
+        return None;
+    }
+    let (numbers, mut kept) = rest.split_at(enters);
+    let mut out = Vec::with_capacity(enters);
+    for &n in numbers {
+        if n > 0 {
+            out.push((n as u64, 0, (n - c).max(1)));
+        } else {
+            let (standing, tail) = kept.split_first_chunk::<2>()?;
+            kept = tail;
+            out.push((n.unsigned_abs(), standing[0], standing[1]));
+        }
+    }
+    kept.is_empty().then_some(out)
 }
 
 /// Runs `lua/nl_enter.lua` for `entries` (with the last one's figures), on the replicas when
@@ -838,6 +865,33 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_enter_scripts_reply_gives_each_enter_its_number_and_standing_in_order() {
+        // c = 10: new numbers 15 and 16 wait at 5 and 6; a kept place 7 is admitted (kind 1
+        // at ms 1234), another kept place 12 waits at 2; a new number at or below c shows 1.
+        let reply = [10, 15, -7, 16, -12, 9, 1, 1234, 0, 2];
+        assert_eq!(
+            enter_answers(&reply, 5),
+            Some(vec![
+                (15, 0, 5),
+                (7, 1, 1234),
+                (16, 0, 6),
+                (12, 0, 2),
+                (9, 0, 1)
+            ])
+        );
+        assert_eq!(enter_answers(&[0], 0), Some(vec![]));
+    }
+
+    #[test]
+    fn an_enter_reply_of_another_shape_is_refused() {
+        // Too few numbers, a kept place without its standing, a standing left over, nothing.
+        assert_eq!(enter_answers(&[0, 1], 2), None);
+        assert_eq!(enter_answers(&[0, -1, 0], 1), None);
+        assert_eq!(enter_answers(&[0, 1, 0, 5], 1), None);
+        assert_eq!(enter_answers(&[], 0), None);
+    }
 
     #[test]
     fn a_surge_goes_in_batches_of_at_most_max_batch_first_come_first() {
