@@ -34,4 +34,5 @@ pub mod queue;
 pub mod redis;
 pub mod seats;
 pub mod startup;
+mod sync;
 pub mod telemetry;

@@ -12,6 +12,7 @@ use rdkafka::types::RDKafkaErrorCode;
 
 use super::{BookingError, BookingMessage};
 use crate::config::KafkaConfig;
+use crate::sync::{Guard as _, Guards as _};
 
 /// Fewest seconds between two replacements of the producer.
 const RESET_EVERY: Duration = Duration::from_secs(5);
@@ -58,7 +59,7 @@ impl BookingProducer {
         let record = FutureRecord::to(&self.cfg.topic)
             .key(booking.booking_id.as_bytes())
             .payload(&payload);
-        let producer = self.producer.read().expect("not poisoned").clone();
+        let producer = self.producer.read_guard().clone();
         let sent = producer.send(record, self.ack_timeout).await;
         match sent {
             Ok(_) => Ok(()),
@@ -77,14 +78,14 @@ impl BookingProducer {
 
     /// A new producer in place of the current one (at most every [`RESET_EVERY`]).
     fn replace(&self) {
-        let mut last = self.last_reset.lock().expect("not poisoned");
+        let mut last = self.last_reset.guard();
         if last.elapsed() < RESET_EVERY {
             return;
         }
         *last = Instant::now();
         match producer(&self.cfg) {
             Ok(p) => {
-                *self.producer.write().expect("not poisoned") = p;
+                *self.producer.write_guard() = p;
                 tracing::warn!("kafka producer replaced after a failed publish");
             }
             Err(e) => tracing::warn!(error = %e, "kafka producer could not be replaced"),

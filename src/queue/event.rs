@@ -17,6 +17,7 @@ use super::{Prefetch, QueueError};
 use crate::ids::{EventId, Ticket};
 use crate::redis::keys::{stats, Keys, NumberedKeys, ShardKeys};
 use crate::redis::RedisConn;
+use crate::sync::Guard as _;
 use crate::telemetry;
 
 /// After a failed refresh, how long requests queued behind it answer 503 without trying again.
@@ -589,7 +590,7 @@ impl EventStore {
     }
 
     fn hot(&self) -> std::sync::MutexGuard<'_, Hot> {
-        self.hot.lock().unwrap_or_else(|p| p.into_inner())
+        self.hot.guard()
     }
 
     /// The event from the first lookup while its configuration is under [`CACHE_TTL`] old; else

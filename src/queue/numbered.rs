@@ -28,6 +28,7 @@ use crate::ids::Ticket;
 use crate::redis::keys::NumberedKeys;
 use crate::redis::scripts::with_numbered_keys;
 use crate::redis::store::Store;
+use crate::sync::Guard as _;
 
 /// A standing script's reply: `{kind, value, recorded, n}` (lua/nl_status.lua).
 type Reply = (i64, i64, i64, i64);
@@ -148,7 +149,7 @@ impl<T> Served<T> {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<T>> {
-        self.items.lock().unwrap_or_else(|p| p.into_inner())
+        self.items.guard()
     }
 
     /// Queues `item`; true when no task serves the queue: the caller is to start one.
@@ -224,7 +225,7 @@ impl Durable {
 
     /// The line's counter state; its keys are copied only the first time (an enter calls this).
     fn counter(&self, keys: &NumberedKeys) -> Arc<Counter> {
-        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        let mut events = self.events.guard();
         if let Some(c) = events.get(&keys.seq) {
             return c.clone();
         }

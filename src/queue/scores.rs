@@ -20,6 +20,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;
 
 use crate::ids::Ticket;
+use crate::sync::Guard as _;
 
 /// The default bound: at most ~75 MB (an entry is 32 bytes, u128 being 16-aligned, plus a
 /// control byte, at a table load between 7/16 and 7/8: 38–75 bytes per entry).
@@ -88,11 +89,7 @@ impl<V: Copy> ScoreCache<V> {
             return None;
         }
         let key = ticket.as_u128();
-        self.stripe(key)
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-            .copied()
+        self.stripe(key).guard().get(&key).copied()
     }
 
     /// Remembers `score` for `ticket`.
@@ -101,7 +98,7 @@ impl<V: Copy> ScoreCache<V> {
             return;
         }
         let key = ticket.as_u128();
-        let mut map = self.stripe(key).lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.stripe(key).guard();
         if map.len() >= self.per_stripe && !map.contains_key(&key) {
             // Constant work per entry taken, unlike picking entries to evict one by one.
             map.clear();
@@ -115,18 +112,12 @@ impl<V: Copy> ScoreCache<V> {
             return;
         }
         let key = ticket.as_u128();
-        self.stripe(key)
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&key);
+        self.stripe(key).guard().remove(&key);
     }
 
     /// Scores remembered now.
     pub fn len(&self) -> usize {
-        self.stripes
-            .iter()
-            .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).len())
-            .sum()
+        self.stripes.iter().map(|s| s.guard().len()).sum()
     }
 
     /// True when nothing is remembered.

@@ -30,6 +30,7 @@
 //! polls a read then carries the figures and the blocks that gained a departure in the last
 //! three quarters of the age, not every block from the boundary on.
 
+use crate::sync::Guards as _;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -243,7 +244,7 @@ impl Slot {
     /// last change.
     fn fresh(&self, max_age: Duration) -> Option<(Arc<LineFigures>, Duration)> {
         let generation = self.generation.load(Ordering::Acquire);
-        match &*self.current.read().unwrap_or_else(|p| p.into_inner()) {
+        match &*self.current.read_guard() {
             Some((at, g, figures)) if *g == generation => {
                 // One clock read per poll: the age decides both freshness and renewal.
                 let age = at.elapsed();
@@ -270,17 +271,11 @@ impl Snapshots {
     }
 
     fn slot(&self, line: &str) -> Arc<Slot> {
-        if let Some(s) = self
-            .lines
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(line)
-        {
+        if let Some(s) = self.lines.read_guard().get(line) {
             return s.clone();
         }
         self.lines
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
+            .write_guard()
             .entry(line.to_owned())
             .or_default()
             .clone()
@@ -352,7 +347,7 @@ impl Snapshots {
         }
         let generation = slot.generation.load(Ordering::Acquire);
         let started = Instant::now();
-        let held = match &*slot.last.read().unwrap_or_else(|p| p.into_inner()) {
+        let held = match &*slot.last.read_guard() {
             Some((at, f)) if at.elapsed() < HELD_FOR.max(2 * self.max_age) => Some(f.clone()),
             _ => None,
         };
@@ -362,11 +357,10 @@ impl Snapshots {
         };
         *failed = None;
         let figures = Arc::new(figures);
-        *slot.last.write().unwrap_or_else(|p| p.into_inner()) = Some((started, figures.clone()));
+        *slot.last.write_guard() = Some((started, figures.clone()));
         // A change by this instance during the read: these figures may not show it.
         if slot.generation.load(Ordering::Acquire) == generation {
-            *slot.current.write().unwrap_or_else(|p| p.into_inner()) =
-                Some((started, generation, figures.clone()));
+            *slot.current.write_guard() = Some((started, generation, figures.clone()));
         }
         Some(figures)
     }
@@ -378,7 +372,7 @@ impl Snapshots {
         }
         let slot = self.slot(line);
         slot.generation.fetch_add(1, Ordering::AcqRel);
-        *slot.current.write().unwrap_or_else(|p| p.into_inner()) = None;
+        *slot.current.write_guard() = None;
     }
 }
 

@@ -48,6 +48,7 @@ use redis::{
 
 use super::{slot_owners, RedisConn};
 use crate::config::RedisConfig;
+use crate::sync::{Guard as _, Guards as _};
 use crate::telemetry;
 
 /// How long a slot map is used before it is read again.
@@ -171,7 +172,7 @@ impl NodeGroups {
             return;
         }
         {
-            let mut last = self.last_read.lock().expect("slot map");
+            let mut last = self.last_read.guard();
             if last.is_some_and(|at| at.elapsed() < RETRY_AFTER) {
                 return;
             }
@@ -196,11 +197,10 @@ impl NodeGroups {
             }
             // Connections to nodes no longer primaries (a primary demoted by a failover) go.
             this.open
-                .lock()
-                .expect("slot map")
+                .guard()
                 .retain(|addr, _| primaries.iter().any(|(a, _, _)| a == addr));
             let map = Map::new(Instant::now(), primaries);
-            *this.map.write().expect("slot map") = Some(map);
+            *this.map.write_guard() = Some(map);
         });
     }
 
@@ -208,7 +208,7 @@ impl NodeGroups {
     /// connections are off or the node does not answer).
     async fn connection(&self, addr: &str) -> Option<MultiplexedConnection> {
         let to = self.direct.as_ref()?;
-        if let Some(c) = self.open.lock().expect("slot map").get(addr) {
+        if let Some(c) = self.open.guard().get(addr) {
             return Some(c.clone());
         }
         let connect_timeout = Duration::from_millis(to.cfg.connect_timeout_ms);
@@ -223,10 +223,7 @@ impl NodeGroups {
         .await;
         match made {
             Ok(Ok(conn)) => {
-                self.open
-                    .lock()
-                    .expect("slot map")
-                    .insert(addr.to_owned(), conn.clone());
+                self.open.guard().insert(addr.to_owned(), conn.clone());
                 Some(conn)
             }
             Ok(Err(e)) => {
@@ -249,7 +246,7 @@ impl NodeGroups {
     ) -> Option<(Arc<NodeHandles>, MultiplexedConnection)> {
         self.direct.as_ref()?;
         let (stale, found) = {
-            let map = self.map.read().expect("slot map");
+            let map = self.map.read_guard();
             match map.as_ref() {
                 None => (true, None),
                 Some(m) => (
@@ -269,14 +266,14 @@ impl NodeGroups {
     /// too if the connection itself failed, so both are made anew.
     fn failed(&self, addr: &str, err: Option<&RedisError>) {
         if err.is_some_and(|e| !matches!(e.kind(), ErrorKind::Server(_))) {
-            self.open.lock().expect("slot map").remove(addr);
+            self.open.guard().remove(addr);
         }
         self.invalidate();
     }
 
     /// Forgets the map (a group met MOVED): the next request reads it again.
     fn invalidate(&self) {
-        *self.map.write().expect("slot map") = None;
+        *self.map.write_guard() = None;
     }
 
     /// Replaces the map, as if just read, with primaries that have no direct connection: for
@@ -287,17 +284,13 @@ impl NodeGroups {
             .enumerate()
             .map(|(i, r)| (format!("forced-{i}:0"), r, None))
             .collect();
-        *self.map.write().expect("slot map") = Some(Map::new(Instant::now(), primaries));
+        *self.map.write_guard() = Some(Map::new(Instant::now(), primaries));
     }
 
     /// How many primaries the map holds (None while no map is held: after a group met MOVED,
     /// until the next read).
     pub fn primaries(&self) -> Option<usize> {
-        self.map
-            .read()
-            .expect("slot map")
-            .as_ref()
-            .map(|m| m.nodes.len())
+        self.map.read_guard().as_ref().map(|m| m.nodes.len())
     }
 
     /// Groups command indices (by their slots) per primary, with that primary's direct
@@ -305,7 +298,7 @@ impl NodeGroups {
     /// read) get a group each. Starts a read of the map when it is due.
     fn group(self: &Arc<Self>, slots: &[u16], cluster: &ClusterConnection) -> Vec<Group> {
         let (stale, groups) = {
-            let map = self.map.read().expect("slot map");
+            let map = self.map.read_guard();
             let stale = map.as_ref().is_none_or(Map::is_stale);
             (stale, group(map.as_ref(), slots))
         };
