@@ -30,11 +30,12 @@
 //! polls a read then carries the figures and the blocks that gained a departure in the last
 //! three quarters of the age, not every block from the boundary on.
 
-use crate::sync::Guards as _;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
+
+use crate::sync::Guards as _;
 
 /// How long figures are used by default.
 pub const DEFAULT_AGE: Duration = Duration::from_millis(100);
@@ -179,11 +180,17 @@ impl LineFigures {
     /// ARGV): the counter, all departures, the first block, and the departures in each block.
     pub fn held_args(&self) -> Vec<u64> {
         let mut args = vec![self.seq, self.t, self.k0];
-        for (i, block) in self.blocks.iter().enumerate() {
-            let after = self.blocks.get(i + 1).map_or(self.t, |next| next.before);
-            args.push(after.saturating_sub(block.before));
-        }
+        args.extend((0..self.blocks.len()).map(|i| self.departures_in(i)));
         args
+    }
+
+    /// The departures in the `i`-th block held (block `k0 + i`): those before the next block,
+    /// or all of them after the last, less those before this one.
+    fn departures_in(&self, i: usize) -> u64 {
+        let after = self.blocks.get(i + 1).map_or(self.t, |next| next.before);
+        self.blocks
+            .get(i)
+            .map_or(0, |block| after.saturating_sub(block.before))
     }
 
     /// The position of number `n`, handed out, as of the read: `n − b + 1` less the
@@ -471,9 +478,8 @@ mod tests {
         ];
         for (i, block) in l.blocks.iter().enumerate() {
             let k = l.k0 + i as u64;
-            let after = l.blocks.get(i + 1).map_or(l.t, |next| next.before);
             out.push(Int(block.before as i64));
-            let count = after - block.before;
+            let count = l.departures_in(i);
             out.push(if count > 0 && held_counts.get(&k) == Some(&count) {
                 Nil
             } else {

@@ -688,17 +688,9 @@ async fn line_from_65_001(app: &TestApp) -> String {
 async fn positions_from_the_lines_figures_are_the_scripts_positions() {
     let prefix = unique("t");
     // Figures kept a minute: only this instance's own changes can make it read them again.
-    let a = spawn_app_with(|c| {
-        c.redis.key_prefix = prefix.clone();
-        c.redis.numbered_snapshot_ms = 60_000;
-    })
-    .await;
+    let a = instance_keeping_figures(&prefix, 60_000).await;
     // The reference: an instance that runs the script for every poll.
-    let b = spawn_app_with(|c| {
-        c.redis.key_prefix = prefix.clone();
-        c.redis.numbered_snapshot_ms = 0;
-    })
-    .await;
+    let b = instance_keeping_figures(&prefix, 0).await;
     // The default age.
     let c = spawn_app_with(|c| c.redis.key_prefix = prefix.clone()).await;
     // The line starts at number 65,001: its 1,300 people straddle the edge of departure blocks
@@ -820,6 +812,16 @@ async fn figures_round(
     (after.1 - before.1, after.2 - before.2)
 }
 
+/// An instance on the keys under `prefix` that keeps a line's figures for `ms` (0: none, a
+/// script for every poll).
+async fn instance_keeping_figures(prefix: &str, ms: u64) -> TestApp {
+    spawn_app_with(|c| {
+        c.redis.key_prefix = prefix.to_owned();
+        c.redis.numbered_snapshot_ms = ms;
+    })
+    .await
+}
+
 /// A read of a numbered line's figures receives only the departure blocks that changed since
 /// the instance's last read (lua/nl_snapshot.lua, src/queue/snapshot.rs): a block it holds with
 /// as many departures is kept, and positions from kept blocks are the scripts' positions.
@@ -827,17 +829,9 @@ async fn figures_round(
 async fn a_read_of_the_figures_receives_only_the_blocks_that_changed() {
     let prefix = unique("t");
     // Figures kept ten minutes: only this instance's own leaves make it read them again.
-    let a = spawn_app_with(|c| {
-        c.redis.key_prefix = prefix.clone();
-        c.redis.numbered_snapshot_ms = 600_000;
-    })
-    .await;
+    let a = instance_keeping_figures(&prefix, 600_000).await;
     // The reference: a script for every poll, no figures.
-    let b = spawn_app_with(|c| {
-        c.redis.key_prefix = prefix.clone();
-        c.redis.numbered_snapshot_ms = 0;
-    })
-    .await;
+    let b = instance_keeping_figures(&prefix, 0).await;
     // Numbers from 65,001: 65,001–65,535 in departure block 1, 65,536–65,800 in block 2.
     let ev = line_from_65_001(&a).await;
     let mut line: Vec<(u64, String)> = Vec::new();
