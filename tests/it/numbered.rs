@@ -696,17 +696,7 @@ async fn positions_from_the_lines_figures_are_the_scripts_positions() {
     // The line starts at number 65,001: its 1,300 people straddle the edge of departure blocks
     // 1 and 2 (32,768 numbers each), and the last 300 are beyond the horizon.
     let ev = line_from_65_001(&a).await;
-    let mut tickets = Vec::new();
-    for chunk in (0..1300).collect::<Vec<_>>().chunks(100) {
-        let entered = join_all(chunk.iter().map(|i| {
-            let (a, ev) = (&a, &ev);
-            async move { a.enter_ok(ev, &format!("u{i}")).await }
-        }))
-        .await;
-        for s in entered {
-            tickets.push((s["position"].as_u64().unwrap(), ticket_of(&s).await));
-        }
-    }
+    let mut tickets = enter_by_hundreds(&a, &ev, 1300).await;
     tickets.sort();
     assert_eq!(
         tickets.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
@@ -812,6 +802,24 @@ async fn figures_round(
     (after.1 - before.1, after.2 - before.2)
 }
 
+/// Users `u0`..`u<count>` enter `ev` through `app`, 100 at a time: each one's position and
+/// ticket, in no particular order.
+async fn enter_by_hundreds(app: &TestApp, ev: &str, count: usize) -> Vec<(u64, String)> {
+    let mut entered = Vec::new();
+    for chunk in (0..count).collect::<Vec<_>>().chunks(100) {
+        let answers = join_all(
+            chunk
+                .iter()
+                .map(|i| async move { app.enter_ok(ev, &format!("u{i}")).await }),
+        )
+        .await;
+        for s in answers {
+            entered.push((s["position"].as_u64().unwrap(), ticket_of(&s).await));
+        }
+    }
+    entered
+}
+
 /// An instance on the keys under `prefix` that keeps a line's figures for `ms` (0: none, a
 /// script for every poll).
 async fn instance_keeping_figures(prefix: &str, ms: u64) -> TestApp {
@@ -834,20 +842,11 @@ async fn a_read_of_the_figures_receives_only_the_blocks_that_changed() {
     let b = instance_keeping_figures(&prefix, 0).await;
     // Numbers from 65,001: 65,001–65,535 in departure block 1, 65,536–65,800 in block 2.
     let ev = line_from_65_001(&a).await;
-    let mut line: Vec<(u64, String)> = Vec::new();
-    for chunk in (0..800).collect::<Vec<_>>().chunks(100) {
-        let entered = join_all(chunk.iter().map(|i| {
-            let (a, ev) = (&a, &ev);
-            async move { a.enter_ok(ev, &format!("u{i}")).await }
-        }))
-        .await;
-        for s in entered {
-            line.push((
-                65_000 + s["position"].as_u64().unwrap(),
-                ticket_of(&s).await,
-            ));
-        }
-    }
+    let mut line: Vec<(u64, String)> = enter_by_hundreds(&a, &ev, 800)
+        .await
+        .into_iter()
+        .map(|(position, ticket)| (65_000 + position, ticket))
+        .collect();
     line.sort();
     assert_eq!(line.last().unwrap().0, 65_800, "800 places, no gap");
     // Everyone polls once: `a` holds figures with no departure.
