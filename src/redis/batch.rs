@@ -393,7 +393,9 @@ fn pipeline_slot(pipe: &Pipeline) -> Option<u16> {
     if pipe.is_transaction() {
         return None;
     }
-    let mut cmds = pipe.cmd_iter();
+    // A `WAIT` names no key: it counts the writes sent before it on the same connection, so it
+    // goes wherever they go.
+    let mut cmds = pipe.cmd_iter().filter(|c| !is_wait(c));
     let first = super::keys::hashed_part(command_key(cmds.next()?)?);
     let slot = super::keys::slot_of(first);
     for cmd in cmds {
@@ -404,6 +406,11 @@ fn pipeline_slot(pipe: &Pipeline) -> Option<u16> {
         }
     }
     Some(slot)
+}
+
+/// True for a `WAIT` command.
+fn is_wait(cmd: &Cmd) -> bool {
+    matches!(cmd.args_iter().next(), Some(redis::Arg::Simple(name)) if name.eq_ignore_ascii_case(b"WAIT"))
 }
 
 /// Errors the cluster client handles by retrying (elsewhere, later or after reconnecting):
@@ -500,17 +507,28 @@ pub(super) fn cluster_pipeline<'a>(
     count: usize,
 ) -> RedisFuture<'a, Vec<Value>> {
     Box::pin(async move {
-        if let Some((handles, mut node)) =
-            pipeline_slot(pipe).and_then(|slot| groups.direct_to(slot, cluster))
-        {
-            let sent = node.req_packed_commands(pipe, offset, count).await;
-            let redirected = |values: &Vec<Value>| values.iter().any(redirect_value);
-            if let Some(answer) = settle(groups, &handles, sent, redirected) {
-                return answer;
-            }
+        if let Some(answer) = direct_pipeline(cluster, groups, pipe, offset, count).await {
+            return answer;
         }
         cluster.req_packed_commands(pipe, offset, count).await
     })
+}
+
+/// A pipeline whose commands all share a slot, sent straight to the primary serving it when the
+/// map knows one: `Some` to answer with, or None to send it through the cluster client (no
+/// direct connection, or a failure the cluster client handles; see [`settle`]).
+pub(super) async fn direct_pipeline(
+    cluster: &ClusterConnection,
+    groups: &Arc<NodeGroups>,
+    pipe: &Pipeline,
+    offset: usize,
+    count: usize,
+) -> Option<RedisResult<Vec<Value>>> {
+    let (handles, mut node) =
+        pipeline_slot(pipe).and_then(|slot| groups.direct_to(slot, cluster))?;
+    let sent = node.req_packed_commands(pipe, offset, count).await;
+    let redirected = |values: &Vec<Value>| values.iter().any(redirect_value);
+    settle(groups, &handles, sent, redirected)
 }
 
 /// Runs read-only single-key commands (`(slot of the key, command)`) and returns their replies
@@ -671,8 +689,30 @@ mod tests {
         mixed.add_command(zrank.clone()).add_command(other);
         assert_eq!(pipeline_slot(&mixed), None);
         let mut atomic = redis::pipe();
-        atomic.atomic().add_command(zrank);
+        atomic.atomic().add_command(zrank.clone());
         assert_eq!(pipeline_slot(&atomic), None);
+
+        // A `WAIT` names no key: it goes with the pipeline's other commands (a probe write and
+        // a check, `RedisConn::wait_replicated`), and alone it goes nowhere direct.
+        let mut waited = redis::pipe();
+        waited
+            .add_command(zrank)
+            .add_command(script.clone())
+            .cmd("wait")
+            .arg(1)
+            .arg(100);
+        assert_eq!(pipeline_slot(&waited), Some(slot));
+        let mut wait_alone = redis::pipe();
+        wait_alone.cmd("WAIT").arg(1).arg(100);
+        assert_eq!(pipeline_slot(&wait_alone), None);
+        let mut not_wait = redis::pipe();
+        not_wait
+            .add_command(script)
+            .cmd("WAITAOF")
+            .arg(1)
+            .arg(1)
+            .arg(100);
+        assert_eq!(pipeline_slot(&not_wait), None, "only WAIT itself");
     }
 
     #[test]

@@ -112,6 +112,13 @@ impl RedisConn {
     /// wrote earlier is on the node that acknowledged. Sent separately, a `WAIT` that the client
     /// retried on another node after a failover (a new connection, nothing written on it) answered
     /// at once with that node's replicas, for a mark the dead node took with it.
+    ///
+    /// The pipeline goes straight to the primary of `probe`'s slot when the connection's map
+    /// knows it (direct connections, [`batch`]), else, or after a redirect or a broken
+    /// connection, whole through the cluster client to that slot's primary. The cluster
+    /// client's two extra hops each way cost a numbered line's batch of enters, which waits on
+    /// this round trip, 14–17 % of its enters per second (docs/benchmarks.md, "`WAIT` on
+    /// direct connections").
     pub async fn wait_replicated(
         &mut self,
         probe: &str,
@@ -169,12 +176,18 @@ impl RedisConn {
             ))
         };
         let values = match self {
-            RedisConn::Cluster(c, _) => {
+            RedisConn::Cluster(c, g) => {
                 let route = SingleNodeRoutingInfo::SpecificNode(Route::new(
                     keys::slot(probe),
                     SlotAddr::Master,
                 ));
-                tokio::time::timeout(limit, c.route_pipeline(pipe, 0, 3, route))
+                let sent = async {
+                    if let Some(answer) = batch::direct_pipeline(c, g, &pipe, 0, 3).await {
+                        return answer;
+                    }
+                    c.route_pipeline(pipe, 0, 3, route).await
+                };
+                tokio::time::timeout(limit, sent)
                     .await
                     .map_err(|_| timed_out())??
             }
@@ -247,10 +260,11 @@ pub async fn connect(cfg: &RedisConfig) -> anyhow::Result<RedisConn> {
     connect_with(cfg, false, cfg.direct).await
 }
 
-/// A connection whose commands all go through the cluster client (for `WAIT`, which counts
-/// the writes of the connection it is sent on).
-pub async fn connect_via_cluster_client(cfg: &RedisConfig) -> anyhow::Result<RedisConn> {
-    connect_with(cfg, false, false).await
+/// A connection for `WAIT` ([`RedisConn::wait_replicated`]): like [`connect`]'s (straight to
+/// the primaries when `WAITROOM_REDIS_DIRECT` is on), but on sockets of its own, since a `WAIT`
+/// blocks the connection it is sent on.
+pub async fn connect_waits(cfg: &RedisConfig) -> anyhow::Result<RedisConn> {
+    connect_with(cfg, false, cfg.direct).await
 }
 
 /// The connection for reads that may be a little stale (other shards' counts for a position,
