@@ -115,10 +115,10 @@ impl RedisConn {
     ///
     /// The pipeline goes straight to the primary of `probe`'s slot when the connection's map
     /// knows it (direct connections, [`batch`]), else, or after a redirect or a broken
-    /// connection, whole through the cluster client to that slot's primary. The cluster
-    /// client's two extra hops each way cost a numbered line's batch of enters, which waits on
-    /// this round trip, 14–17 % of its enters per second (docs/benchmarks.md, "`WAIT` on
-    /// direct connections").
+    /// connection, whole through the cluster client to that slot's primary. Without the
+    /// cluster client's two extra hops each way, a numbered line's enters, whose batches wait on
+    /// this round trip, ran 12–18 % faster (docs/benchmarks.md, "`WAIT` on direct
+    /// connections").
     pub async fn wait_replicated(
         &mut self,
         probe: &str,
