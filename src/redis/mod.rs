@@ -177,14 +177,14 @@ impl RedisConn {
         };
         let values = match self {
             RedisConn::Cluster(c, g) => {
-                let route = SingleNodeRoutingInfo::SpecificNode(Route::new(
-                    keys::slot(probe),
-                    SlotAddr::Master,
-                ));
                 let sent = async {
                     if let Some(answer) = batch::direct_pipeline(c, g, &pipe, 0, 3).await {
                         return answer;
                     }
+                    let route = SingleNodeRoutingInfo::SpecificNode(Route::new(
+                        keys::slot(probe),
+                        SlotAddr::Master,
+                    ));
                     c.route_pipeline(pipe, 0, 3, route).await
                 };
                 tokio::time::timeout(limit, sent)
@@ -257,13 +257,6 @@ fn tls_certificates(cfg: &RedisConfig) -> anyhow::Result<Option<TlsCertificates>
 /// Connects to the configured deployment, detecting cluster mode when asked to. Every command
 /// goes to the primary of its slot (directly when `WAITROOM_REDIS_DIRECT` is on: [`batch`]).
 pub async fn connect(cfg: &RedisConfig) -> anyhow::Result<RedisConn> {
-    connect_with(cfg, false, cfg.direct).await
-}
-
-/// A connection for `WAIT` ([`RedisConn::wait_replicated`]): like [`connect`]'s (straight to
-/// the primaries when `WAITROOM_REDIS_DIRECT` is on), but on sockets of its own, since a `WAIT`
-/// blocks the connection it is sent on.
-pub async fn connect_waits(cfg: &RedisConfig) -> anyhow::Result<RedisConn> {
     connect_with(cfg, false, cfg.direct).await
 }
 

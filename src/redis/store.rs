@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use super::batch::NodeGroups;
 use super::keys::Keys;
 use super::scripts::Scripts;
-use super::{connect, connect_reads, connect_waits, RedisConn};
+use super::{connect, connect_reads, RedisConn};
 use crate::config::RedisConfig;
 
 /// The shared Redis handles; cheap to share behind an `Arc`.
@@ -47,12 +47,13 @@ impl Store {
             "connected to Redis"
         );
         let mut store = Store::new(conn, reads, Keys::new(cfg.key_prefix.clone()));
-        // WAIT blocks the connection it is sent on: a connection of its own, whose response
-        // timeout leaves room for the whole wait (`WAITROOM_BOOKING_WAIT_MS`), so a wait longer
-        // than one response timeout is not cut short by the client.
+        // WAIT blocks the connection it is sent on: connections of their own (a second
+        // `connect` opens new sockets, direct ones included), whose response timeout leaves
+        // room for the whole wait (`WAITROOM_BOOKING_WAIT_MS`), so a wait longer than one
+        // response timeout is not cut short by the client.
         let mut waits = cfg.clone();
         waits.response_timeout_ms = cfg.response_timeout_ms.max(cfg.booking_wait_ms + 500);
-        store.waits = connect_waits(&waits).await?;
+        store.waits = connect(&waits).await?;
         // connect() set the per-command bound from the config it was given: the service's.
         super::set_command_deadline(cfg);
         store
