@@ -13,6 +13,15 @@ TANSU_FEATURES=dynostore,libsql,postgres
 TOOLS_DIR=$WAITROOM_CACHE/tools-tansu-pg
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+# wait_ready URL LOG: waits up to 60 s for the service at URL to answer /readyz, else dies with
+# LOG's last lines. Ready, not only up (/healthz): on a fresh database the service applies its
+# migrations and creates the bookings topic in the background after it starts listening, and a
+# sale's shows and bookings need both.
+wait_ready() {
+  local _
+  for _ in $(seq 600); do curl -fsS "$1/readyz" >/dev/null 2>&1 && return 0; sleep 0.1; done
+  die "the service at $1 is not ready after 60 s: $(tail -3 "$2")"
+}
 # drop_keys PATTERN...: unlinks the keys matching each glob on the local cluster (every node is
 # scanned; a replica refuses the UNLINK, its primary takes it), one command per key since a run's
 # keys span many slots. The benchmark scripts call it on exit: their lines hold up to millions of
