@@ -19,6 +19,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod client;
 pub mod ledger;
 pub mod loadgen;
 pub mod mapflood;

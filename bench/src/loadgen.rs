@@ -23,12 +23,18 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
+use bytes::Bytes;
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
+use http::{Method, Request, Uri};
+use http_body_util::Full;
 use rand::Rng as _;
 use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::sync::{Notify, Semaphore};
+
+use crate::client::request;
 
 use waitroom::config::DEV_ADMIN_TOKEN;
 
@@ -533,6 +539,11 @@ struct Ctx {
     http: reqwest::Client,
     base: String,
     event: String,
+    /// The sale's requests (enters, polls, holds, bookings, leaves): hyper's client without
+    /// reqwest's layers (src/client.rs). `http` stays for the rest.
+    raw: crate::client::Http,
+    /// `{base}/v1/events/{event}/queue`, checked at start to make a URI with any path after it.
+    queue_uri: String,
     show: String,
     seats: Vec<String>,
     args: LoadgenArgs,
@@ -582,11 +593,19 @@ impl Ctx {
         false
     }
 
-    async fn call(
-        &self,
-        route: &'static str,
-        req: reqwest::RequestBuilder,
-    ) -> Option<(u16, Reply)> {
+    /// `text` as a URI: the queue's URI checked at start with a ticket's path after it, or a
+    /// route under the same base.
+    fn uri(&self, text: &str) -> Uri {
+        text.parse()
+            .expect("the base URL was checked at start; ids add only path characters")
+    }
+
+    /// `{queue}/{ticket}`.
+    fn ticket_uri(&self, ticket: &uuid::Uuid) -> Uri {
+        self.uri(&format!("{}/{ticket}", self.queue_uri))
+    }
+
+    async fn call(&self, route: &'static str, req: Request<Full<Bytes>>) -> Option<(u16, Reply)> {
         self.call_from(route, move || req, None)
             .await
             .map(|(s, b, _)| (s, b))
@@ -599,7 +618,7 @@ impl Ctx {
     async fn call_from(
         &self,
         route: &'static str,
-        make: impl FnOnce() -> reqwest::RequestBuilder,
+        make: impl FnOnce() -> Request<Full<Bytes>>,
         since: Option<Instant>,
     ) -> Option<(u16, Reply, Instant)> {
         let _permit = self.gate.acquire().await.ok()?;
@@ -607,13 +626,10 @@ impl Ctx {
         let t = since.unwrap_or(sent);
         // Boxed: the HTTP future is large, and only requests through the gate need one.
         let (status, body, micros) = Box::pin(async {
-            let resp = make().send().await;
+            let answer = self.raw.send(make()).await;
             let micros = t.elapsed().as_micros() as u64;
-            match resp {
-                Ok(r) => {
-                    let s = r.status().as_u16();
-                    (s, r.json::<Reply>().await.unwrap_or_default(), micros)
-                }
+            match answer {
+                Ok((s, body)) => (s, serde_json::from_slice(&body).unwrap_or_default(), micros),
                 Err(_) => (599, Reply::default(), micros),
             }
         })
@@ -711,9 +727,13 @@ impl Ctx {
     async fn enter(self: &Arc<Self>, mut visit: Visit) {
         let i = visit.i;
         let enter = || {
-            self.http
-                .post(format!("{}/v1/events/{}/queue", self.base, self.event))
-                .json(&json!({"user_id": format!("lg{i}")}))
+            // The user id is `lg` and digits: nothing in it to escape.
+            request(
+                Method::POST,
+                self.uri(&self.queue_uri),
+                None,
+                Some(format!("{{\"user_id\":\"lg{i}\"}}")),
+            )
         };
         // Sent when the request left (not when the user wanted to send it: with everyone
         // arriving at once most wait for the gate, and their order is only known from here).
@@ -751,12 +771,7 @@ impl Ctx {
     }
 
     async fn poll(self: &Arc<Self>, mut visit: Visit, ticket: uuid::Uuid) {
-        let poll = || {
-            self.http.get(format!(
-                "{}/v1/events/{}/queue/{ticket}",
-                self.base, self.event
-            ))
-        };
+        let poll = || request(Method::GET, self.ticket_uri(&ticket), None, None);
         match self.call_from("poll", poll, None).await {
             Some((200, s, _)) => visit.answer = Answer::read(s),
             Some((429 | 503 | 599, _, _)) => {}
@@ -840,17 +855,19 @@ impl Ctx {
                     .into_iter()
                     .collect()
             };
-            let hold = self
-                .http
-                .post(format!("{}/v1/shows/{}/holds", self.base, self.show))
-                .bearer_auth(&token)
-                .json(&json!({"seats": picks}));
+            let hold = request(
+                Method::POST,
+                self.uri(&format!("{}/v1/shows/{}/holds", self.base, self.show)),
+                Some(&token),
+                Some(json!({"seats": picks}).to_string()),
+            );
             if let Some((201, h)) = Box::pin(self.call("hold", hold)).await {
-                let book = self
-                    .http
-                    .post(format!("{}/v1/shows/{}/bookings", self.base, self.show))
-                    .bearer_auth(&token)
-                    .json(&json!({"hold_id": h.hold_id}));
+                let book = request(
+                    Method::POST,
+                    self.uri(&format!("{}/v1/shows/{}/bookings", self.base, self.show)),
+                    Some(&token),
+                    Some(json!({"hold_id": h.hold_id}).to_string()),
+                );
                 if let Some((201, b)) = Box::pin(self.call("book", book)).await {
                     let booked = Instant::now();
                     let id = b.booking_id.unwrap_or_default();
@@ -867,10 +884,7 @@ impl Ctx {
                 }
             }
         }
-        let leave = self.http.delete(format!(
-            "{}/v1/events/{}/queue/{ticket}",
-            self.base, self.event
-        ));
+        let leave = request(Method::DELETE, self.ticket_uri(&ticket), None, None);
         Box::pin(self.call("leave", leave)).await;
     }
 }
@@ -906,9 +920,14 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
     );
     let errors_before = position_errors(&http, &args.url).await;
     let start = Instant::now();
+    let queue_uri = format!("{}/v1/events/{event}/queue", args.url);
+    crate::client::uri(&queue_uri, "/00000000-0000-0000-0000-000000000000")
+        .with_context(|| format!("--url {} does not make a URI", args.url))?;
     let ctx = Arc::new(Ctx {
         http: http.clone(),
+        raw: crate::client::Http::new(args.concurrency, Duration::from_secs(30)),
         base: args.url.clone(),
+        queue_uri,
         event,
         show,
         seats,
@@ -1144,9 +1163,7 @@ async fn poll_phase(ctx: &Arc<Ctx>) -> Duration {
     let end = t0 + Duration::from_secs_f64(ctx.args.poll_phase_seconds);
     let poll = |ctx: Arc<Ctx>, tickets: Arc<Vec<uuid::Uuid>>, since: Option<Instant>| async move {
         let t = &tickets[rand::rng().random_range(0..tickets.len())];
-        let req = ctx
-            .http
-            .get(format!("{}/v1/events/{}/queue/{t}", ctx.base, ctx.event));
+        let req = request(Method::GET, ctx.ticket_uri(t), None, None);
         ctx.call_from(POLL_PHASE, move || req, since).await;
     };
     if ctx.args.poll_rate > 0.0 {

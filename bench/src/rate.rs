@@ -115,19 +115,19 @@ pub struct PollRateReport {
 /// `NON2XX` lines as the wrk scripts print them, so `scripts/bench-pair` reads both alike.
 pub async fn run(args: PollRateArgs) -> anyhow::Result<PollRateReport> {
     let text = std::fs::read_to_string(&args.tickets)?;
-    let urls: Arc<Vec<String>> = Arc::new(
+    // Parsed here, once, and sent with the load generator's own client (src/client.rs): the
+    // client's cost per poll is taken from the service on these cores, and its lateness is
+    // reported beside the p99.
+    let urls: Arc<Vec<http::Uri>> = Arc::new(
         text.lines()
             .map(str::trim)
             .filter(|t| !t.is_empty())
-            .map(|t| format!("{}/v1/events/{}/queue/{t}", args.url, args.event))
-            .collect(),
+            .map(|t| crate::client::uri(&args.url, &format!("/v1/events/{}/queue/{t}", args.event)))
+            .collect::<Result<_, _>>()?,
     );
     anyhow::ensure!(!urls.is_empty(), "no tickets in {}", args.tickets.display());
     anyhow::ensure!(args.rate > 0.0, "--rate must be above 0");
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(args.connections)
-        .timeout(Duration::from_secs(30))
-        .build()?;
+    let http = crate::client::Http::new(args.connections, Duration::from_secs(30));
     let gate = Arc::new(Semaphore::new(args.connections.max(1)));
     let mut all = Histogram::<u64>::new(3)?;
     let mut late = Histogram::<u64>::new(3)?;
@@ -141,15 +141,10 @@ pub async fn run(args: PollRateArgs) -> anyhow::Result<PollRateReport> {
                 let late_micros = due.elapsed().as_micros() as u64;
                 let _permit = gate.acquire_owned().await;
                 let url = &urls[rand::rng().random_range(0..urls.len())];
-                let status = match http.get(url).send().await {
-                    // The body is read so the connection goes back to the pool.
-                    Ok(r) => {
-                        let s = r.status().as_u16();
-                        match r.bytes().await {
-                            Ok(_) => s,
-                            Err(_) => 599,
-                        }
-                    }
+                // The whole body is read, so the connection goes back to the pool.
+                let req = crate::client::request(http::Method::GET, url.clone(), None, None);
+                let status = match http.send(req).await {
+                    Ok((s, _)) => s,
                     Err(_) => 599,
                 };
                 Outcome {
