@@ -18,8 +18,11 @@ die() { log "error: $*"; exit 1; }
 # migrations and creates the bookings topic in the background after it starts listening, and a
 # sale's shows and bookings need both.
 wait_ready() {
-  local _
-  for _ in $(seq 600); do curl -fsS "$1/readyz" >/dev/null 2>&1 && return 0; sleep 0.1; done
+  local end=$((SECONDS + 60))
+  while ((SECONDS < end)); do
+    curl -fsS --max-time 2 "$1/readyz" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
   die "the service at $1 is not ready after 60 s: $(tail -3 "$2")"
 }
 # drop_keys PATTERN...: unlinks the keys matching each glob on the local cluster (every node is
