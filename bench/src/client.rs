@@ -5,8 +5,8 @@
 //! as a `url::Url` (a string is parsed, host and all, for each request) and parses the final URL
 //! again from each response. On these 2 cores the load generator shares the machine with the
 //! service and Redis, so what it spends per request is taken from them: the profile of its enters
-//! put URL parsing alone at 6–8 % of its CPU (docs/benchmarks.md, "The load generator's
-//! client"). The routes it plays need none of those layers: one request, one answer, a deadline.
+//! put URL parsing alone at 6.8–8.3 % of its CPU (docs/benchmarks.md, "An Intel machine, the
+//! broker's idle cost, and the load generator's client"). The routes it plays need none of those layers: one request, one answer, a deadline.
 
 use std::time::Duration;
 

@@ -542,8 +542,8 @@ struct Ctx {
     /// The sale's requests (enters, polls, holds, bookings, leaves): hyper's client without
     /// reqwest's layers (src/client.rs). `http` stays for the rest.
     raw: crate::client::Http,
-    /// `{base}/v1/events/{event}/queue`, checked at start to make a URI with any path after it.
-    queue_uri: String,
+    /// `/v1/events/{event}/queue`, the line's path under `base`.
+    queue_path: String,
     show: String,
     seats: Vec<String>,
     args: LoadgenArgs,
@@ -593,16 +593,15 @@ impl Ctx {
         false
     }
 
-    /// `text` as a URI: the queue's URI checked at start with a ticket's path after it, or a
-    /// route under the same base.
-    fn uri(&self, text: &str) -> Uri {
-        text.parse()
-            .expect("the base URL was checked at start; ids add only path characters")
+    /// `path` under the service's base URL, as a URI (`client::uri`; the base was checked at
+    /// start, and the ids this adds are path characters).
+    fn uri(&self, path: &str) -> Uri {
+        crate::client::uri(&self.base, path).expect("the base URL was checked at start")
     }
 
     /// `{queue}/{ticket}`.
     fn ticket_uri(&self, ticket: &uuid::Uuid) -> Uri {
-        self.uri(&format!("{}/{ticket}", self.queue_uri))
+        self.uri(&format!("{}/{ticket}", self.queue_path))
     }
 
     async fn call(&self, route: &'static str, req: Request<Full<Bytes>>) -> Option<(u16, Reply)> {
@@ -730,7 +729,7 @@ impl Ctx {
             // The user id is `lg` and digits: nothing in it to escape.
             request(
                 Method::POST,
-                self.uri(&self.queue_uri),
+                self.uri(&self.queue_path),
                 None,
                 Some(format!("{{\"user_id\":\"lg{i}\"}}")),
             )
@@ -857,14 +856,14 @@ impl Ctx {
             };
             let hold = request(
                 Method::POST,
-                self.uri(&format!("{}/v1/shows/{}/holds", self.base, self.show)),
+                self.uri(&format!("/v1/shows/{}/holds", self.show)),
                 Some(&token),
                 Some(json!({"seats": picks}).to_string()),
             );
             if let Some((201, h)) = Box::pin(self.call("hold", hold)).await {
                 let book = request(
                     Method::POST,
-                    self.uri(&format!("{}/v1/shows/{}/bookings", self.base, self.show)),
+                    self.uri(&format!("/v1/shows/{}/bookings", self.show)),
                     Some(&token),
                     Some(json!({"hold_id": h.hold_id}).to_string()),
                 );
@@ -920,14 +919,14 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
     );
     let errors_before = position_errors(&http, &args.url).await;
     let start = Instant::now();
-    let queue_uri = format!("{}/v1/events/{event}/queue", args.url);
-    crate::client::uri(&queue_uri, "/00000000-0000-0000-0000-000000000000")
+    let queue_path = format!("/v1/events/{event}/queue");
+    crate::client::uri(&args.url, &queue_path)
         .with_context(|| format!("--url {} does not make a URI", args.url))?;
     let ctx = Arc::new(Ctx {
         http: http.clone(),
         raw: crate::client::Http::new(args.concurrency, Duration::from_secs(30)),
         base: args.url.clone(),
-        queue_uri,
+        queue_path,
         event,
         show,
         seats,
