@@ -34,6 +34,8 @@ struct Outcome {
     unavailable: usize,
     /// The last answer that was neither 201 nor 503.
     other: Option<(u16, String)>,
+    /// Still 503 (or no answer) after 40 s of asking.
+    gave_up: bool,
 }
 
 async fn hold(app: &TestApp, show: &str, token: &str, seats: &[String]) -> Option<String> {
@@ -99,6 +101,7 @@ async fn book_until_answered(
         }
         return out;
     }
+    out.gave_up = true;
     out
 }
 
@@ -193,6 +196,15 @@ async fn the_shows_primary_killed_with_its_replica_behind_loses_no_201() {
         })
     };
     let (wave1_out, (promoted_at, on_promoted)) = tokio::join!(bookings, fault);
+    // A booking still refused 40 s after the fault: the failover left the show without a way
+    // to a 201 (fail here, with the cluster's state, rather than at the runner's time bound).
+    let stuck_buyers = wave1_out.iter().filter(|o| o.gave_up).count();
+    assert_eq!(
+        stuck_buyers,
+        0,
+        "wave 1: buyers answered only 503 for 40 s after the failover:\n{}",
+        cluster.describe()
+    );
     // The promise at the hardest moment: every seat answered 201 before the replica took over
     // is marked sold by its booking on that replica (without `WAIT`, those marks died with the
     // primary; the ledger puts them back later, but meanwhile the seats could be sold again).
@@ -231,6 +243,16 @@ async fn the_shows_primary_killed_with_its_replica_behind_loses_no_201() {
                 break;
             }
         }
+        // After the failover and with a replica attached again, bookings are back: a buyer
+        // answered only 503 until giving up or until the hold lapsed means they are not.
+        assert!(
+            out.booked.is_some() || out.unavailable == 0,
+            "wave 2, buyer {i}: only 503 ({} of them), then {:?}, {} s after the promotion:\n{}",
+            out.unavailable,
+            out.other,
+            promoted_at.elapsed().as_secs(),
+            cluster.describe()
+        );
         wave2_out.push(out);
     }
 

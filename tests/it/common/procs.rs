@@ -277,6 +277,35 @@ impl RedisProcs {
         });
     }
 
+    /// Each running node's role and replication state (`INFO replication`, without the backlog
+    /// lines) and one node's `CLUSTER NODES`: what a failure message shows of a failover.
+    #[allow(dead_code)]
+    pub fn describe(&self) -> String {
+        let mut out = String::new();
+        let live = self
+            .ports
+            .iter()
+            .zip(&self.children)
+            .filter(|(_, c)| c.is_some())
+            .map(|(p, _)| *p);
+        for p in live.clone() {
+            let info = cli(p, &["info", "replication"]);
+            let kept: Vec<&str> = info
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with("repl_backlog"))
+                .collect();
+            out.push_str(&format!("node {p}: {}\n", kept.join(" ")));
+        }
+        if let Some(p) = live.into_iter().next() {
+            out.push_str(&format!(
+                "cluster nodes from {p}:\n{}",
+                cli(p, &["cluster", "nodes"])
+            ));
+        }
+        out
+    }
+
     /// kill -9 of the node on `port`.
     pub fn kill(&mut self, port: u16) {
         let i = self.index(port);
