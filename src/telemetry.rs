@@ -39,6 +39,9 @@ pub const REDIS_UNAVAILABLE: &str = "waitroom_redis_unavailable_total";
 /// `sent_again` through the cluster client after a redirect or a connection fault (failovers,
 /// slot moves), or `timed_out` (answered with the timeout, as the cluster client would).
 pub const REDIS_DIRECT: &str = "waitroom_redis_direct_requests_total";
+/// Redis Cluster clients replaced because they answered nothing but timeouts for 5 s
+/// (`src/redis/watched.rs`), by `client`: `primaries`, `replica_reads` or `waits`.
+pub const REDIS_CLIENT_REPLACED: &str = "waitroom_redis_client_replaced_total";
 /// |shown − exact| position of sampled waiting people, by `strategy`: `statistical` (estimates)
 /// and `global_counter` (counted positions); `timestamp` is exact by construction.
 pub const POSITION_ERROR: &str = "waitroom_position_error";

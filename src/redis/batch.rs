@@ -39,13 +39,13 @@ use std::time::{Duration, Instant};
 
 use futures::future::try_join_all;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{
     AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult,
     ServerErrorKind, Value,
 };
 
+use super::watched::Watched;
 use super::{slot_owners, RedisConn};
 use crate::config::RedisConfig;
 use crate::sync::{Guard as _, Guards as _};
@@ -167,7 +167,7 @@ impl NodeGroups {
 
     /// Starts a read of the map in the background when it is missing or older than
     /// [`MAP_TTL`] and no read is under way (at most one per [`RETRY_AFTER`]).
-    fn refresh_if_due(self: &Arc<Self>, stale: bool, cluster: &ClusterConnection) {
+    fn refresh_if_due(self: &Arc<Self>, stale: bool, cluster: &Arc<Watched>) {
         if !stale || self.refreshing.load(Ordering::Relaxed) {
             return;
         }
@@ -182,11 +182,11 @@ impl NodeGroups {
             *last = Some(Instant::now());
         }
         let this = self.clone();
-        let mut cluster = cluster.clone();
+        let cluster = cluster.clone();
         tokio::spawn(async move {
             // Cleared however this ends, so the map is read again later.
             let _done = ClearOnDrop(&this.refreshing);
-            let owners = match slot_owners(&mut cluster).await {
+            let owners = match slot_owners(&cluster).await {
                 Ok(o) if !o.is_empty() => o,
                 _ => return,
             };
@@ -242,7 +242,7 @@ impl NodeGroups {
     fn direct_to(
         self: &Arc<Self>,
         slot: u16,
-        cluster: &ClusterConnection,
+        cluster: &Arc<Watched>,
     ) -> Option<(Arc<NodeHandles>, MultiplexedConnection)> {
         self.direct.as_ref()?;
         let (stale, found) = {
@@ -296,7 +296,7 @@ impl NodeGroups {
     /// Groups command indices (by their slots) per primary, with that primary's direct
     /// connection if any; commands whose slot no primary claims (or all, before the map is
     /// read) get a group each. Starts a read of the map when it is due.
-    fn group(self: &Arc<Self>, slots: &[u16], cluster: &ClusterConnection) -> Vec<Group> {
+    fn group(self: &Arc<Self>, slots: &[u16], cluster: &Arc<Watched>) -> Vec<Group> {
         let (stale, groups) = {
             let map = self.map.read_guard();
             let stale = map.as_ref().is_none_or(Map::is_stale);
@@ -481,7 +481,7 @@ fn settle<T>(
 /// One command on a cluster: straight to its primary when the map knows it, else (or after a
 /// failure the cluster client handles) through the cluster client.
 pub(super) fn cluster_command<'a>(
-    cluster: &'a mut ClusterConnection,
+    cluster: &'a Arc<Watched>,
     groups: &'a Arc<NodeGroups>,
     cmd: &'a Cmd,
 ) -> RedisFuture<'a, Value> {
@@ -494,13 +494,15 @@ pub(super) fn cluster_command<'a>(
                 return answer;
             }
         }
-        cluster.req_packed_command(cmd).await
+        cluster
+            .run(|mut c| async move { c.req_packed_command(cmd).await })
+            .await
     })
 }
 
 /// A pipeline on a cluster, as [`cluster_command`]: direct when all its commands share a slot.
 pub(super) fn cluster_pipeline<'a>(
-    cluster: &'a mut ClusterConnection,
+    cluster: &'a Arc<Watched>,
     groups: &'a Arc<NodeGroups>,
     pipe: &'a Pipeline,
     offset: usize,
@@ -510,7 +512,9 @@ pub(super) fn cluster_pipeline<'a>(
         if let Some(answer) = direct_pipeline(cluster, groups, pipe, offset, count).await {
             return answer;
         }
-        cluster.req_packed_commands(pipe, offset, count).await
+        cluster
+            .run(|mut c| async move { c.req_packed_commands(pipe, offset, count).await })
+            .await
     })
 }
 
@@ -518,7 +522,7 @@ pub(super) fn cluster_pipeline<'a>(
 /// map knows one: `Some` to answer with, or None to send it through the cluster client (no
 /// direct connection, or a failure the cluster client handles; see [`settle`]).
 pub(super) async fn direct_pipeline(
-    cluster: &ClusterConnection,
+    cluster: &Arc<Watched>,
     groups: &Arc<NodeGroups>,
     pipe: &Pipeline,
     offset: usize,
@@ -576,9 +580,11 @@ pub async fn read_grouped(
                             cmds[idx[0]].0,
                             SlotAddr::ReplicaOptional,
                         ));
+                        let count = idx.len();
                         cluster
-                            .clone()
-                            .route_pipeline(pipe, 0, idx.len(), route)
+                            .run(|mut c| async move {
+                                c.route_pipeline(pipe, 0, count, route).await
+                            })
                             .await
                     }
                 };

@@ -14,6 +14,7 @@ pub mod nodes;
 pub mod replies;
 pub mod scripts;
 pub mod store;
+pub mod watched;
 
 pub use store::Store;
 
@@ -37,7 +38,7 @@ use crate::config::{RedisConfig, RedisMode};
 pub enum RedisConn {
     /// A Redis Cluster (slots, MOVED handling, failover), with the service's own slot map
     /// (grouped reads, and direct connections to the primaries when configured: [`batch`]).
-    Cluster(ClusterConnection, Arc<batch::NodeGroups>),
+    Cluster(Arc<watched::Watched>, Arc<batch::NodeGroups>),
     /// One non-cluster Redis, reconnecting by itself.
     Single(ConnectionManager),
 }
@@ -91,7 +92,7 @@ impl ConnectionLike for RedisConn {
 
     fn get_db(&self) -> i64 {
         match self {
-            RedisConn::Cluster(c, _) => c.get_db(),
+            RedisConn::Cluster(c, _) => c.current().get_db(),
             RedisConn::Single(c) => c.get_db(),
         }
     }
@@ -185,7 +186,8 @@ impl RedisConn {
                         keys::slot(probe),
                         SlotAddr::Master,
                     ));
-                    c.route_pipeline(pipe, 0, 3, route).await
+                    c.run(|mut c| async move { c.route_pipeline(pipe, 0, 3, route).await })
+                        .await
                 };
                 tokio::time::timeout(limit, sent)
                     .await
@@ -257,7 +259,12 @@ fn tls_certificates(cfg: &RedisConfig) -> anyhow::Result<Option<TlsCertificates>
 /// Connects to the configured deployment, detecting cluster mode when asked to. Every command
 /// goes to the primary of its slot (directly when `WAITROOM_REDIS_DIRECT` is on: [`batch`]).
 pub async fn connect(cfg: &RedisConfig) -> anyhow::Result<RedisConn> {
-    connect_with(cfg, false, cfg.direct).await
+    connect_with(cfg, false, cfg.direct, "primaries").await
+}
+
+/// [`connect`] for the connection that carries `WAIT`s ([`Store::waits`]).
+pub(crate) async fn connect_waits(cfg: &RedisConfig) -> anyhow::Result<RedisConn> {
+    connect_with(cfg, false, cfg.direct, "waits").await
 }
 
 /// The connection for reads that may be a little stale (other shards' counts for a position,
@@ -266,7 +273,7 @@ pub async fn connect(cfg: &RedisConfig) -> anyhow::Result<RedisConn> {
 /// holds — those always go to the primary.
 pub async fn connect_reads(cfg: &RedisConfig, primary: &RedisConn) -> anyhow::Result<RedisConn> {
     if cfg.read_from_replicas && primary.is_cluster() {
-        connect_with(cfg, true, false).await
+        connect_with(cfg, true, false, "replica_reads").await
     } else {
         Ok(primary.clone())
     }
@@ -284,6 +291,7 @@ async fn connect_with(
     cfg: &RedisConfig,
     replica_reads: bool,
     direct: bool,
+    role: &'static str,
 ) -> anyhow::Result<RedisConn> {
     set_command_deadline(cfg);
     let connect_timeout = Duration::from_millis(cfg.connect_timeout_ms);
@@ -298,50 +306,73 @@ async fn connect_with(
         RedisMode::Standalone => false,
         RedisMode::Auto => detect_cluster(cfg, connect_timeout).await?,
     };
+    if cluster {
+        let conn = cluster_client(cfg, replica_reads).await?;
+        let again = cfg.clone();
+        let build: watched::Build = Box::new(move || {
+            let cfg = again.clone();
+            Box::pin(async move { cluster_client(&cfg, replica_reads).await })
+        });
+        let groups = batch::NodeGroups::new(direct.then(|| cfg.clone()));
+        return Ok(RedisConn::Cluster(
+            watched::Watched::new(conn, role, build),
+            Arc::new(groups),
+        ));
+    }
     // Bound the whole set-up: an async connect can hang (shared/INFRA.md).
     let setup = async {
-        if cluster {
-            let mut builder = ClusterClientBuilder::new(cfg.nodes.clone())
-                .connection_timeout(connect_timeout)
-                .response_timeout(response_timeout)
-                .retries(2)
-                .min_retry_wait(50)
-                .max_retry_wait(400)
-                .tcp_settings(tcp_settings(cfg));
-            if replica_reads {
-                builder = builder.read_routing_strategy(RandomReplicaStrategy);
-            }
-            if let Some(user) = &cfg.username {
-                builder = builder.username(user);
-            }
-            if let Some(pass) = &cfg.password {
-                builder = builder.password(pass.expose());
-            }
-            if let Some(certs) = tls_certificates(cfg)? {
-                builder = builder.certs(certs);
-            }
-            let client = builder
-                .build()
-                .context("building the Redis Cluster client")?;
-            let conn = client
-                .get_async_connection()
-                .await
-                .context("connecting to the Redis Cluster")?;
-            let groups = batch::NodeGroups::new(direct.then(|| cfg.clone()));
-            anyhow::Ok(RedisConn::Cluster(conn, Arc::new(groups)))
-        } else {
-            let client = client(&first, cfg)?;
-            let mcfg = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(connect_timeout))
-                .set_response_timeout(Some(response_timeout))
-                .set_number_of_retries(2)
-                .set_max_delay(Duration::from_millis(400));
-            let conn = client
-                .get_connection_manager_with_config(mcfg)
-                .await
-                .context("connecting to Redis")?;
-            anyhow::Ok(RedisConn::Single(conn))
+        let client = client(&first, cfg)?;
+        let mcfg = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(connect_timeout))
+            .set_response_timeout(Some(response_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(400));
+        client
+            .get_connection_manager_with_config(mcfg)
+            .await
+            .context("connecting to Redis")
+    };
+    let conn = tokio::time::timeout(connect_timeout * 10, setup)
+        .await
+        .context("Redis connection set-up timed out")??;
+    Ok(RedisConn::Single(conn))
+}
+
+/// A Redis Cluster client as configured (reads routed to replicas with `replica_reads`),
+/// connected; the set-up is bounded (an async connect can hang, shared/INFRA.md).
+pub async fn cluster_client(
+    cfg: &RedisConfig,
+    replica_reads: bool,
+) -> anyhow::Result<ClusterConnection> {
+    let connect_timeout = Duration::from_millis(cfg.connect_timeout_ms);
+    let response_timeout = Duration::from_millis(cfg.response_timeout_ms);
+    let setup = async {
+        let mut builder = ClusterClientBuilder::new(cfg.nodes.clone())
+            .connection_timeout(connect_timeout)
+            .response_timeout(response_timeout)
+            .retries(2)
+            .min_retry_wait(50)
+            .max_retry_wait(400)
+            .tcp_settings(tcp_settings(cfg));
+        if replica_reads {
+            builder = builder.read_routing_strategy(RandomReplicaStrategy);
         }
+        if let Some(user) = &cfg.username {
+            builder = builder.username(user);
+        }
+        if let Some(pass) = &cfg.password {
+            builder = builder.password(pass.expose());
+        }
+        if let Some(certs) = tls_certificates(cfg)? {
+            builder = builder.certs(certs);
+        }
+        let client = builder
+            .build()
+            .context("building the Redis Cluster client")?;
+        client
+            .get_async_connection()
+            .await
+            .context("connecting to the Redis Cluster")
     };
     tokio::time::timeout(connect_timeout * 10, setup)
         .await
@@ -407,12 +438,14 @@ pub async fn primaries(conn: &mut RedisConn) -> Result<Vec<Vec<(u16, u16)>>, Red
 /// Each primary's address (`host:port`) and slot ranges, from `CLUSTER SLOTS`, in a stable
 /// order (by their first slot), so every instance would choose the same placement.
 async fn slot_owners(
-    conn: &mut ClusterConnection,
+    cluster: &Arc<watched::Watched>,
 ) -> Result<Vec<(String, Vec<(u16, u16)>)>, RedisError> {
     let mut read = redis::cmd("CLUSTER");
     read.arg("SLOTS");
-    let slots: Vec<Value> =
-        redis::from_redis_value(bounded(conn.req_packed_command(&read)).await?)?;
+    let reply = cluster
+        .run(|mut c| async move { bounded(c.req_packed_command(&read)).await })
+        .await?;
+    let slots: Vec<Value> = redis::from_redis_value(reply)?;
     let mut by_primary: Vec<(String, Vec<(u16, u16)>)> = Vec::new();
     for entry in slots {
         let Value::Array(parts) = entry else { continue };

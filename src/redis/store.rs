@@ -53,7 +53,7 @@ impl Store {
         // response timeout is not cut short by the client.
         let mut waits = cfg.clone();
         waits.response_timeout_ms = cfg.response_timeout_ms.max(cfg.booking_wait_ms + 500);
-        store.waits = connect(&waits).await?;
+        store.waits = super::connect_waits(&waits).await?;
         // connect() set the per-command bound from the config it was given: the service's.
         super::set_command_deadline(cfg);
         store

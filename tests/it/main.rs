@@ -15,6 +15,7 @@ mod openapi;
 mod ops;
 mod queue;
 mod reads;
+mod redis_client;
 mod seats;
 mod security;
 mod standalone;
