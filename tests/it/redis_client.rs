@@ -1,6 +1,6 @@
 //! A Redis Cluster client that answers nothing is replaced; one that answers for some nodes is
 //! not (src/redis/watched.rs). The stuck client of the failover test cannot be made to order
-//! (redis-rs wedged in a slot refresh, one run in three): here the client's whole cluster goes
+//! (redis-rs wedged in a slot refresh, 3 runs of 16): here the client's whole cluster goes
 //! silent instead, and its replacement is built for the stack's cluster, so which client
 //! answered shows in the data.
 
