@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use super::batch::NodeGroups;
 use super::keys::Keys;
 use super::scripts::Scripts;
-use super::{connect, connect_reads, RedisConn};
+use super::{connect, connect_reads, connect_waits, RedisConn};
 use crate::config::RedisConfig;
 
 /// The shared Redis handles; cheap to share behind an `Arc`.
@@ -53,7 +53,7 @@ impl Store {
         // response timeout is not cut short by the client.
         let mut waits = cfg.clone();
         waits.response_timeout_ms = cfg.response_timeout_ms.max(cfg.booking_wait_ms + 500);
-        store.waits = super::connect_waits(&waits).await?;
+        store.waits = connect_waits(&waits).await?;
         // connect() set the per-command bound from the config it was given: the service's.
         super::set_command_deadline(cfg);
         store

@@ -116,15 +116,19 @@ impl RedisProcs {
         procs
     }
 
-    /// Waits until every live node reports cluster_state:ok and 3 replicas are linked.
-    pub fn wait_healthy(&self, limit: Duration) {
-        let live: Vec<u16> = self
-            .ports
+    /// The ports of the nodes running (not killed).
+    fn live(&self) -> Vec<u16> {
+        self.ports
             .iter()
             .zip(&self.children)
             .filter(|(_, c)| c.is_some())
             .map(|(p, _)| *p)
-            .collect();
+            .collect()
+    }
+
+    /// Waits until every live node reports cluster_state:ok and 3 replicas are linked.
+    pub fn wait_healthy(&self, limit: Duration) {
+        let live = self.live();
         wait_until(limit, "cluster healthy", || {
             live.iter()
                 .all(|p| cli(*p, &["cluster", "info"]).contains("cluster_state:ok"))
@@ -282,13 +286,8 @@ impl RedisProcs {
     #[allow(dead_code)]
     pub fn describe(&self) -> String {
         let mut out = String::new();
-        let live = self
-            .ports
-            .iter()
-            .zip(&self.children)
-            .filter(|(_, c)| c.is_some())
-            .map(|(p, _)| *p);
-        for p in live.clone() {
+        let live = self.live();
+        for &p in &live {
             let info = cli(p, &["info", "replication"]);
             let kept: Vec<&str> = info
                 .lines()
@@ -297,7 +296,7 @@ impl RedisProcs {
                 .collect();
             out.push_str(&format!("node {p}: {}\n", kept.join(" ")));
         }
-        if let Some(p) = live.into_iter().next() {
+        if let Some(&p) = live.first() {
             out.push_str(&format!(
                 "cluster nodes from {p}:\n{}",
                 cli(p, &["cluster", "nodes"])
