@@ -15,6 +15,7 @@ pub mod event;
 mod numbered;
 pub use numbered::enter_answers;
 pub mod scores;
+mod served;
 pub mod snapshot;
 mod status_json;
 

@@ -1,0 +1,143 @@
+//! A queue of requests that one task at a time serves in batches: whoever queues onto an idle
+//! queue starts the task, and the task takes what queued, batch after batch, until it finds
+//! nothing. Requests arriving while one batch is on its way to Redis wait for the next, so a
+//! surge costs one round trip per batch instead of one per request. Used for arrival numbers:
+//! the numbered line's ([`super::numbered`]) and the sorted sets' `global_counter`
+//! ([`super::counted`]).
+//!
+//! Invariant: items are served in the order they were queued, each at most once, and a queue
+//! is never left with items and no task to serve them (a task that ends early drops what is
+//! queued, so its waiters answer at once instead of waiting for nobody).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::sync::Guard as _;
+
+/// A queue that at most one task serves at a time: whoever queues onto an idle one starts the
+/// task ([`Served::push`]), and the task takes what queued until it finds nothing
+/// ([`Serving::next`]).
+pub(super) struct Served<T> {
+    items: Mutex<Vec<T>>,
+    /// True while a task serves this queue.
+    running: AtomicBool,
+}
+
+impl<T> Served<T> {
+    pub(super) fn new() -> Arc<Self> {
+        Arc::new(Served {
+            items: Mutex::new(Vec::new()),
+            running: AtomicBool::new(false),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<T>> {
+        self.items.guard()
+    }
+
+    /// Queues `item`; true when no task serves the queue: the caller is to start one.
+    pub(super) fn push(&self, item: T) -> bool {
+        self.lock().push(item);
+        !self.running.swap(true, Ordering::AcqRel)
+    }
+}
+
+/// A task's hold on a [`Served`] queue. Should the task end without finding the queue empty (a
+/// panic), what is queued is dropped (an enter's sender dropped: a 503) and the next push starts
+/// a task again, instead of every later enter waiting for a task that is gone.
+pub(super) struct Serving<T> {
+    queue: Arc<Served<T>>,
+    armed: bool,
+}
+
+impl<T> Serving<T> {
+    pub(super) fn new(queue: Arc<Served<T>>) -> Self {
+        Serving { queue, armed: true }
+    }
+
+    /// The next items, the first `max` to queue, in order; None when none is left and the task
+    /// is to end.
+    pub(super) fn next(&mut self, max: usize) -> Option<Vec<T>> {
+        loop {
+            let taken = {
+                let mut items = self.queue.lock();
+                if items.len() <= max {
+                    std::mem::take(&mut *items)
+                } else {
+                    items.drain(..max).collect()
+                }
+            };
+            if !taken.is_empty() {
+                return Some(taken);
+            }
+            // Ending: `running` is this task's to clear or another's to keep.
+            self.queue.running.store(false, Ordering::Release);
+            // Something may have queued after the take and seen this task still running.
+            if self.queue.lock().is_empty() || self.queue.running.swap(true, Ordering::AcqRel) {
+                self.armed = false;
+                return None;
+            }
+        }
+    }
+}
+
+impl<T> Drop for Serving<T> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.queue.lock().clear();
+            self.queue.running.store(false, Ordering::Release);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The batch bound of these tests.
+    const MAX: usize = 256;
+
+    #[test]
+    fn a_surge_goes_in_batches_of_at_most_max_batch_first_come_first() {
+        let queue = Served::new();
+        let started: Vec<bool> = (0..600).map(|i| queue.push(i)).collect();
+        // Only the first push finds no task: it starts the one that serves them all.
+        assert_eq!(started.iter().filter(|s| **s).count(), 1);
+        assert!(started[0]);
+        let mut serving = Serving::new(queue.clone());
+        let mut served = Vec::new();
+        let mut sizes = Vec::new();
+        while let Some(batch) = serving.next(MAX) {
+            sizes.push(batch.len());
+            served.extend(batch);
+        }
+        assert_eq!(sizes, vec![MAX, MAX, 600 - 2 * MAX]);
+        assert_eq!(served, (0..600).collect::<Vec<_>>());
+        // The task ended: the next push starts one again, and it takes what is there.
+        assert!(queue.push(1));
+        assert!(!queue.push(2));
+        let mut serving = Serving::new(queue.clone());
+        assert_eq!(serving.next(MAX), Some(vec![1, 2]));
+        assert_eq!(serving.next(MAX), None);
+    }
+
+    #[test]
+    fn a_task_that_ends_without_emptying_its_queue_lets_the_next_push_start_one() {
+        let queue = Served::new();
+        assert!(queue.push(1));
+        {
+            let mut serving = Serving::new(queue.clone());
+            assert_eq!(serving.next(1), Some(vec![1]));
+            assert!(!queue.push(2));
+            // Dropped here, as a task that panicked drops it: 2 is never served by it.
+        }
+        assert!(
+            queue.lock().is_empty(),
+            "what was queued is dropped (its enters answer 503)"
+        );
+        assert!(queue.push(3), "the next push starts a task");
+        let mut serving = Serving::new(queue.clone());
+        assert_eq!(serving.next(MAX), Some(vec![3]));
+        assert_eq!(serving.next(MAX), None);
+    }
+}
