@@ -2,7 +2,8 @@
 //!
 //! A line is N Redis sorted sets (shards). A ticket lives in shard `crc16(member) mod N` (its
 //! member: `EventConfig::member`, 14 characters for events made by this version); each
-//! operation on one person runs one Lua script in that shard's slot, and a position adds the
+//! operation on one person runs one Lua script in that shard's slot (`global_counter` numbers
+//! go in batches of the enters arriving together: [`counted`]), and a position adds the
 //! counts of those ahead in the other shards, read concurrently over the multiplexed
 //! connection (one round trip per node). The ordering rules themselves are in the pure
 //! `waitroom-strategies` crate.
@@ -14,6 +15,7 @@ pub mod admission;
 pub mod event;
 mod numbered;
 pub use numbered::enter_answers;
+mod counted;
 pub mod scores;
 mod served;
 pub mod snapshot;
@@ -150,6 +152,8 @@ pub struct Queue {
     scores: scores::ScoreCache,
     /// Numbered lines' counters: how far each is known to be on a replica.
     numbers: numbered::Durable,
+    /// The sorted sets' `global_counter` counters, each with the enters waiting for a number.
+    counted: counted::Counted,
     /// Numbered lines' tickets: each one's number as this instance last found it, and the
     /// period its last-seen record is current for.
     places: scores::ScoreCache<numbered::Place>,
@@ -167,6 +171,7 @@ impl Queue {
             clock: ArrivalClock::default(),
             scores: scores::ScoreCache::new(scores::DEFAULT_ENTRIES),
             numbers: numbered::Durable::new(0, std::time::Duration::ZERO),
+            counted: counted::Counted::default(),
             places: scores::ScoreCache::new(scores::DEFAULT_ENTRIES),
             snapshots: snapshot::Snapshots::new(snapshot::DEFAULT_AGE),
         }
@@ -286,7 +291,7 @@ impl Queue {
         let arrival = self.clock.next();
         let standing = match ev.config.order_source(arrival) {
             StrategyKind::GlobalCounter => {
-                self.repairing(event, &ev.config, || self.enter_counted(event, ev, &ticket))
+                self.repairing(event, &ev.config, || self.enter_counted(ev, &ticket))
                     .await?
             }
             _ => {
@@ -378,26 +383,22 @@ impl Queue {
         }
     }
 
-    /// Enters with an arrival number from the event's counter. The number is taken first and
-    /// the shard read only with `enter.lua`: two round trips one after the other, where a look
-    /// into the shard before taking a number made four (the look's two, the counter, the
-    /// script). A number given to someone already in the line or inside waits nowhere: it is
-    /// recorded as a gap ([`Queue::record_gap`]), which counted positions do not count.
-    async fn enter_counted(
-        &self,
-        event: &EventId,
-        ev: &Event,
-        ticket: &Ticket,
-    ) -> Result<Standing, QueueError> {
-        let number: u64 = self
-            .store
-            .scripts()
-            .next_number
-            .key(self.store.keys().counter(event.as_str()))
-            .arg(ev.config.counter_start.saturating_sub(1))
-            .invoke_async(&mut self.store.conn())
+    /// Enters with an arrival number from the event's counter, taken in a batch with the
+    /// enters arriving together and with the figures of its position ([`counted`]); the shard
+    /// is read only with `enter.lua`. A number given to someone already in the line or inside
+    /// waits nowhere: it is recorded as a gap ([`record_gap`]), which counted positions do not
+    /// count.
+    async fn enter_counted(&self, ev: &Event, ticket: &Ticket) -> Result<Standing, QueueError> {
+        let drawn = self.draw_number(ev).await?;
+        let number = drawn.number;
+        let figures = Ahead::Figures {
+            number,
+            figures: drawn.figures,
+            gaps: drawn.gaps,
+        };
+        let reached = self
+            .reach(ev, ticket, Some(number), true, Some(figures))
             .await?;
-        let reached = self.reach(ev, ticket, Some(number), true).await?;
         let joined =
             matches!(reached.reply, ShardStanding::Waiting { score, .. } if score == number as f64);
         if joined {
@@ -409,25 +410,17 @@ impl Queue {
         placed
     }
 
-    /// Records `number` of the event's counter range as a gap (`lua/gap.lua`). A failure is
-    /// logged, not returned: the person's own request went through, and an unrecorded gap only
-    /// makes positions behind it one too large until the head passes it.
+    /// Records `number` of `ev`'s counter range as a gap ([`record_gap`]).
     async fn record_gap(&self, ev: &Event, number: u64) {
-        let recorded: Result<i64, RedisError> = self
-            .store
-            .scripts()
-            .gap
-            .key(&ev.stats_key)
-            .key(&ev.gaps_key)
-            .arg(number)
-            .arg(ev.config.counter_start)
-            .invoke_async(&mut self.store.conn())
-            .await;
-        if let Err(e) = recorded {
-            tracing::warn!(event = %ev.id, number, error = %e,
-                "a counter number that waits nowhere was not recorded as a gap");
-            metrics::counter!(telemetry::COUNTER_GAPS_LOST).increment(1);
-        }
+        let cfg = &ev.config;
+        record_gap(
+            &self.store,
+            &ev.stats_key,
+            &ev.gaps_key,
+            cfg.counter_start,
+            number,
+        )
+        .await
     }
 
     /// Where `ticket` stands: `enter.lua` when `arrival` is given (joining the line with that
@@ -442,17 +435,19 @@ impl Queue {
         arrival: Option<u64>,
         prefetch: bool,
     ) -> Result<Standing, QueueError> {
-        let reached = self.reach(ev, ticket, arrival, prefetch).await?;
+        let reached = self.reach(ev, ticket, arrival, prefetch, None).await?;
         self.place(ev, ticket, reached).await
     }
 
-    /// The first half of [`Queue::locate`]: the own shard's answer and the reads that went with it.
+    /// The first half of [`Queue::locate`]: the own shard's answer and the reads that went with
+    /// it, or `given`, the reads the caller already made (a counted enter's figures).
     async fn reach(
         &self,
         ev: &Event,
         ticket: &Ticket,
         arrival: Option<u64>,
         prefetch: bool,
+        given: Option<Ahead>,
     ) -> Result<Reached, QueueError> {
         let cfg = &ev.config;
         // Formatted once: the shard, the script or the read all take the member.
@@ -486,9 +481,10 @@ impl Queue {
         // A remembered score first: entering again keeps the stored score (`ZADD NX`).
         let guess = remembered.or(arrival.map(|score| score as f64));
         let ahead = async {
-            match prefetch {
-                true => self.prefetch(ev, shard, guess).await,
-                false => Ahead::Nothing,
+            match (given, prefetch) {
+                (Some(given), _) => given,
+                (None, true) => self.prefetch(ev, shard, guess).await,
+                (None, false) => Ahead::Nothing,
             }
         };
         // Both in flight at once; an answer that nobody waits does not wait for the prefetch
@@ -812,27 +808,6 @@ impl Queue {
             .ahead_in_other_shards(&self.store.reads(), &ev.shard_keys, at.shard, at.score)
             .await?;
         Ok(timestamp::position(at.rank, &counts))
-    }
-
-    /// The leader's per-tick figures for `global_counter` positions, as stored (the counter
-    /// range they were taken for, people waiting from before it, the first number still
-    /// waiting), and the recorded gaps below `number`: one pipeline to the event's slot. Every
-    /// recorded gap is at or after the published first number (`lua/gap.lua`), so the count is
-    /// the gaps between the head and `number`.
-    async fn read_counter_figures(
-        &self,
-        ev: &Event,
-        number: u64,
-    ) -> Result<(CounterFigures, u64), QueueError> {
-        let (figures, gaps): ([Option<String>; 3], u64) = redis::pipe()
-            .hmget(
-                &ev.stats_key,
-                &[stats::GC_START, stats::GC_CARRIED, stats::GC_FIRST],
-            )
-            .zcount(&ev.gaps_key, "-inf", format!("({number}"))
-            .query_async(&mut self.store.reads())
-            .await?;
-        Ok((figures.map(|f| f.and_then(|v| v.parse::<u64>().ok())), gaps))
     }
 
     /// For each other shard (`keys`: every shard's, in order), how many wait ahead of a person
@@ -1248,6 +1223,27 @@ fn counter_figures(ev: &Event, figures: CounterFigures, score: f64) -> Option<(u
             Some((carried, first))
         }
         _ => None,
+    }
+}
+
+/// Records `number` of an event's counter range (its first number `counter_start`) as a gap
+/// (`lua/gap.lua`; `stats` and `gaps`, the event's figures and gaps). A failure is logged, not
+/// returned: the person's own request went through, and an unrecorded gap only makes positions
+/// behind it one too large until the head passes it.
+async fn record_gap(store: &Store, stats: &str, gaps: &str, counter_start: u64, number: u64) {
+    let recorded: Result<i64, RedisError> = store
+        .scripts()
+        .gap
+        .key(stats)
+        .key(gaps)
+        .arg(number)
+        .arg(counter_start)
+        .invoke_async(&mut store.conn())
+        .await;
+    if let Err(e) = recorded {
+        tracing::warn!(gaps = %gaps, number, error = %e,
+            "a counter number that waits nowhere was not recorded as a gap");
+        metrics::counter!(telemetry::COUNTER_GAPS_LOST).increment(1);
     }
 }
 

@@ -22,8 +22,8 @@ pub struct Scripts {
     pub admit: Script,
     /// See `lua/lease.lua`.
     pub lease: Script,
-    /// See `lua/next_number.lua`.
-    pub next_number: Script,
+    /// See `lua/next_numbers.lua`.
+    pub next_numbers: Script,
     /// See `lua/gap.lua`.
     pub gap: Script,
     /// See `lua/publish_counter.lua`.
@@ -76,7 +76,7 @@ impl Scripts {
             seen: Script::new(include_str!("../../lua/seen.lua")),
             admit: line_script(include_str!("../../lua/admit.lua")),
             lease: Script::new(include_str!("../../lua/lease.lua")),
-            next_number: Script::new(include_str!("../../lua/next_number.lua")),
+            next_numbers: Script::new(include_str!("../../lua/next_numbers.lua")),
             gap: Script::new(include_str!("../../lua/gap.lua")),
             publish_counter: Script::new(include_str!("../../lua/publish_counter.lua")),
             show_setup: Script::new(include_str!("../../lua/show_setup.lua")),
@@ -111,7 +111,7 @@ impl Scripts {
             &self.shard_heads,
             &self.admit,
             &self.lease,
-            &self.next_number,
+            &self.next_numbers,
             &self.gap,
             &self.publish_counter,
             &self.show_setup,

@@ -496,12 +496,16 @@ async fn the_ordering_bench_measures_exact_strategies_as_exact_and_counts_comman
             ("statistical", _) => assert!(row.max_error > 0 && row.p99_error < 250, "{row:?}"),
             other => panic!("unexpected row {other:?}"),
         }
-        let expected = match row.strategy.as_str() {
-            "timestamp" => 4.0,
-            "global_counter" => 3.0,
-            _ => 1.0,
-        };
-        assert!((row.commands_per_poll - expected).abs() < 0.1, "{row:?}");
+        match row.strategy.as_str() {
+            "timestamp" => assert!((row.commands_per_poll - 4.0).abs() < 0.1, "{row:?}"),
+            // The shard's read and the gaps' count, and a share of the figures' HMGET: one per
+            // batch of the polls read together (src/queue/counted.rs), one per poll at worst.
+            "global_counter" => assert!(
+                row.commands_per_poll > 2.0 && row.commands_per_poll < 3.1,
+                "{row:?}"
+            ),
+            _ => assert!((row.commands_per_poll - 1.0).abs() < 0.1, "{row:?}"),
+        }
     }
     let replica = report.replica.expect("the stack is a cluster");
     assert!(replica.replica_share_of_counts > 0.99, "{replica:?}");
