@@ -16,6 +16,7 @@ pub mod event;
 mod numbered;
 pub use numbered::enter_answers;
 mod counted;
+mod counts;
 pub mod scores;
 mod served;
 pub mod snapshot;
@@ -154,6 +155,8 @@ pub struct Queue {
     numbers: numbered::Durable,
     /// The sorted sets' `global_counter` counters, each with the enters waiting for a number.
     counted: counted::Counted,
+    /// Exact positions' counts in the other shards, waiting for the next batch.
+    counts: counts::Counts,
     /// Numbered lines' tickets: each one's number as this instance last found it, and the
     /// period its last-seen record is current for.
     places: scores::ScoreCache<numbered::Place>,
@@ -172,6 +175,7 @@ impl Queue {
             scores: scores::ScoreCache::new(scores::DEFAULT_ENTRIES),
             numbers: numbered::Durable::new(0, std::time::Duration::ZERO),
             counted: counted::Counted::default(),
+            counts: counts::Counts::default(),
             places: scores::ScoreCache::new(scores::DEFAULT_ENTRIES),
             snapshots: snapshot::Snapshots::new(snapshot::DEFAULT_AGE),
         }
@@ -553,15 +557,10 @@ impl Queue {
     async fn prefetch(&self, ev: &Event, shard: usize, guess: Option<f64>) -> Ahead {
         match ev.effective_strategy() {
             StrategyKind::Timestamp if ev.config.shards > 1 => match guess {
-                Some(score) => {
-                    match self
-                        .ahead_in_other_shards(&self.store.reads(), &ev.shard_keys, shard, score)
-                        .await
-                    {
-                        Ok(counts) => Ahead::Counts { score, counts },
-                        Err(e) => Ahead::Failed { score, error: e },
-                    }
-                }
+                Some(score) => match self.ahead_batched(&ev.shard_keys, shard, score).await {
+                    Ok(counts) => Ahead::Counts { score, counts },
+                    Err(e) => Ahead::Failed { score, error: e },
+                },
                 None => Ahead::NoGuess,
             },
             StrategyKind::GlobalCounter if ev.config.counter_start > 0 => match guess {
@@ -805,7 +804,7 @@ impl Queue {
             None => {}
         }
         let counts = self
-            .ahead_in_other_shards(&self.store.reads(), &ev.shard_keys, at.shard, at.score)
+            .ahead_batched(&ev.shard_keys, at.shard, at.score)
             .await?;
         Ok(timestamp::position(at.rank, &counts))
     }
@@ -819,25 +818,25 @@ impl Queue {
         shard: usize,
         score: f64,
     ) -> Result<Vec<u64>, QueueError> {
-        let counts: Vec<(u16, redis::Cmd)> = keys
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| *j != shard)
-            .map(|(j, k)| {
-                let (inclusive, bound) = timestamp::count_bound(shard, j, score);
-                let mut cmd = redis::cmd("ZCOUNT");
-                cmd.arg(&k.waiting)
-                    .arg("-inf")
-                    .arg(score_bound(bound, inclusive));
-                (k.slot, cmd)
-            })
-            .collect();
         // One pipeline per node instead of a round trip per shard (see redis::batch).
-        let replies = crate::redis::batch::read_grouped(via, counts).await?;
-        Ok(replies
-            .iter()
-            .map(|v| redis::from_redis_value_ref::<u64>(v).map_err(redis::RedisError::from))
-            .collect::<Result<_, _>>()?)
+        let replies =
+            crate::redis::batch::read_grouped(via, count_commands(keys, shard, score)).await?;
+        counts_of(&replies)
+    }
+
+    /// [`Queue::ahead_in_other_shards`] over the connection for reads, with the counts of the
+    /// other requests due at the same time ([`counts`]): a request's position path.
+    async fn ahead_batched(
+        &self,
+        keys: &[ShardKeys],
+        shard: usize,
+        score: f64,
+    ) -> Result<Vec<u64>, QueueError> {
+        let replies = self
+            .counts
+            .read(&self.store, count_commands(keys, shard, score))
+            .await?;
+        counts_of(&replies)
     }
 
     /// True while `ticket` holds a live active session in `event`.
@@ -1224,6 +1223,31 @@ fn counter_figures(ev: &Event, figures: CounterFigures, score: f64) -> Option<(u
         }
         _ => None,
     }
+}
+
+/// For each other shard than `shard` (`keys`: every shard's, in order), the `ZCOUNT` of those
+/// ahead of a person at `score` there, with its key's slot.
+fn count_commands(keys: &[ShardKeys], shard: usize, score: f64) -> Vec<(u16, redis::Cmd)> {
+    keys.iter()
+        .enumerate()
+        .filter(|(j, _)| *j != shard)
+        .map(|(j, k)| {
+            let (inclusive, bound) = timestamp::count_bound(shard, j, score);
+            let mut cmd = redis::cmd("ZCOUNT");
+            cmd.arg(&k.waiting)
+                .arg("-inf")
+                .arg(score_bound(bound, inclusive));
+            (k.slot, cmd)
+        })
+        .collect()
+}
+
+/// The counts of [`count_commands`]' replies.
+fn counts_of(replies: &[redis::Value]) -> Result<Vec<u64>, QueueError> {
+    Ok(replies
+        .iter()
+        .map(|v| redis::from_redis_value_ref::<u64>(v).map_err(RedisError::from))
+        .collect::<Result<_, _>>()?)
 }
 
 /// Records `number` of an event's counter range (its first number `counter_start`) as a gap
