@@ -14,6 +14,9 @@
 //! nowhere: it is recorded as a gap at once, so counted positions behind it do not count it.
 //! Before batching such a number went unrecorded until the head passed it.
 //!
+//! One batch is in flight per event: while it waits on a primary that does not answer, the
+//! enters queued behind it wait too (up to two response timeouts before their 503, not one).
+//!
 //! Polls read the same figures and their own gaps count. Those reads go in batches too: the
 //! polls of an event that arrive while one read is on its way share the next, one pipeline of
 //! the figures' `HMGET` and a gaps `ZCOUNT` per poll, over the connection for reads (a replica's

@@ -10,7 +10,10 @@
 //!
 //! A batch fails whole (a node out of reach fails every request whose counts went with it, as
 //! it failed each of them before); the error's kind and text reach every request of it, so a
-//! key of the wrong type is still repaired by the request that met it.
+//! key of the wrong type is still repaired by the request that met it. One batch is in flight
+//! at a time: while it waits on a node that does not answer, the requests queued behind it
+//! wait too, so under such a fault a request's 503 can take up to two response timeouts
+//! (its queue's wait and its own batch's) instead of one.
 
 use std::sync::Arc;
 
