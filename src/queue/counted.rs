@@ -28,11 +28,10 @@ use redis::RedisError;
 use tokio::sync::oneshot;
 
 use super::event::Event;
-use super::served::{Served, Serving};
+use super::served::{kept, Served, Serving};
 use super::{record_gap, CounterFigures, Queue, QueueError};
 use crate::redis::keys::stats;
 use crate::redis::store::Store;
-use crate::sync::Guard as _;
 
 /// The most enters one batch serves. The script's cost does not grow with the batch; the bound
 /// keeps one surge from making the first enter's answer wait for the last's reply to be read.
@@ -84,22 +83,13 @@ type Reply = (u64, String, String, String, u64);
 
 impl Counted {
     fn counter(&self, store: &Store, ev: &Event) -> Arc<Counter> {
-        let mut events = self.events.guard();
-        if let Some(c) = events.get(&ev.stats_key) {
-            return c.clone();
-        }
-        events
-            .entry(ev.stats_key.clone())
-            .or_insert_with(|| {
-                Arc::new(Counter {
-                    waiting: Served::new(),
-                    reading: Served::new(),
-                    seq: store.keys().counter(ev.id.as_str()),
-                    stats: ev.stats_key.clone(),
-                    gaps: ev.gaps_key.clone(),
-                })
-            })
-            .clone()
+        kept(&self.events, &ev.stats_key, || Counter {
+            waiting: Served::new(),
+            reading: Served::new(),
+            seq: store.keys().counter(ev.id.as_str()),
+            stats: ev.stats_key.clone(),
+            gaps: ev.gaps_key.clone(),
+        })
     }
 }
 

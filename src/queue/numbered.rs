@@ -21,14 +21,13 @@ use tokio::sync::oneshot;
 use waitroom_strategies::StrategyKind;
 
 use super::event::{Event, EventConfig};
-use super::served::{Served, Serving};
+use super::served::{kept, Served, Serving};
 use super::snapshot::LineFigures;
 use super::{horizon, now_ms, seen_refresh_ms, Queue, QueueError, Standing};
 use crate::ids::Ticket;
 use crate::redis::keys::NumberedKeys;
 use crate::redis::scripts::with_numbered_keys;
 use crate::redis::store::Store;
-use crate::sync::Guard as _;
 
 /// A standing script's reply: `{kind, value, recorded, n}` (lua/nl_status.lua).
 type Reply = (i64, i64, i64, i64);
@@ -149,19 +148,10 @@ impl Durable {
 
     /// The line's counter state; its keys are copied only the first time (an enter calls this).
     fn counter(&self, keys: &NumberedKeys) -> Arc<Counter> {
-        let mut events = self.events.guard();
-        if let Some(c) = events.get(&keys.seq) {
-            return c.clone();
-        }
-        events
-            .entry(keys.seq.clone())
-            .or_insert_with(|| {
-                Arc::new(Counter {
-                    waiting: Served::new(),
-                    keys: keys.clone(),
-                })
-            })
-            .clone()
+        kept(&self.events, &keys.seq, || Counter {
+            waiting: Served::new(),
+            keys: keys.clone(),
+        })
     }
 }
 

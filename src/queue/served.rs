@@ -14,6 +14,22 @@ use std::sync::{Arc, Mutex};
 
 use crate::sync::Guard as _;
 
+/// The value kept under `key` in `map` (a registry of queues by key), made by `make` the first
+/// time. A lookup allocates nothing: only the first insert copies the key.
+pub(super) fn kept<V>(
+    map: &Mutex<foldhash::HashMap<String, Arc<V>>>,
+    key: &str,
+    make: impl FnOnce() -> V,
+) -> Arc<V> {
+    let mut kept = map.guard();
+    if let Some(v) = kept.get(key) {
+        return v.clone();
+    }
+    kept.entry(key.to_owned())
+        .or_insert_with(|| Arc::new(make()))
+        .clone()
+}
+
 /// A queue that at most one task serves at a time: whoever queues onto an idle one starts the
 /// task ([`Served::push`]), and the task takes what queued until it finds nothing
 /// ([`Serving::next`]).
