@@ -1,9 +1,10 @@
 //! A queue of requests that one task at a time serves in batches: whoever queues onto an idle
 //! queue starts the task, and the task takes what queued, batch after batch, until it finds
 //! nothing. Requests arriving while one batch is on its way to Redis wait for the next, so a
-//! surge costs one round trip per batch instead of one per request. Used for arrival numbers:
-//! the numbered line's ([`super::numbered`]) and the sorted sets' `global_counter`
-//! ([`super::counted`]).
+//! surge costs one round trip per batch instead of one per request. Used for arrival numbers,
+//! the numbered line's ([`super::numbered`]) and the sorted sets' `global_counter` numbers and
+//! figures ([`super::counted`]), and for exact positions' counts in the other shards
+//! ([`super::counts`]).
 //!
 //! Invariant: items are served in the order they were queued, each at most once, and a queue
 //! is never left with items and no task to serve them (a task that ends early drops what is
