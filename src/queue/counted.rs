@@ -28,7 +28,7 @@ use redis::RedisError;
 use tokio::sync::oneshot;
 
 use super::event::Event;
-use super::served::{kept, Served, Serving};
+use super::served::{answered, fail_all, kept, Answer, Served, Serving};
 use super::{record_gap, CounterFigures, Queue, QueueError};
 use crate::redis::keys::stats;
 use crate::redis::store::Store;
@@ -61,13 +61,13 @@ struct Counter {
 struct Ask {
     /// The first number of the event's counter range as this enter's configuration has it.
     counter_start: u64,
-    tx: oneshot::Sender<Result<Drawn, (redis::ErrorKind, String)>>,
+    tx: Answer<Drawn>,
 }
 
 /// One poll's part of a read of the figures: the number it holds, and where the answer goes.
 struct Read {
     number: u64,
-    tx: oneshot::Sender<Result<(CounterFigures, u64), (redis::ErrorKind, String)>>,
+    tx: Answer<(CounterFigures, u64)>,
 }
 
 /// What a batch gave one enter: its number, the leader's figures and the gaps below it.
@@ -135,11 +135,7 @@ async fn hand_out(store: Arc<Store>, counter: Arc<Counter>) {
                     record_gap(&store, &counter.stats, &counter.gaps, start, number).await;
                 }
             }
-            Err(e) => {
-                for ask in batch {
-                    let _ = ask.tx.send(Err((e.kind(), e.to_string())));
-                }
-            }
+            Err(e) => fail_all(batch.into_iter().map(|a| a.tx), &e),
         }
     }
 }
@@ -190,29 +186,8 @@ async fn read_figures(store: Arc<Store>, counter: Arc<Counter>) {
                     let _ = read.tx.send(Err((redis::ErrorKind::Client, text.clone())));
                 }
             }
-            Err(e) => {
-                let text = e.to_string();
-                for read in batch {
-                    let _ = read.tx.send(Err((e.kind(), text.clone())));
-                }
-            }
+            Err(e) => fail_all(batch.into_iter().map(|r| r.tx), &e),
         }
-    }
-}
-
-/// A batch's answer as a request's result: a Redis error rebuilt from its kind and text, or the
-/// serving task's end.
-fn answered<T>(
-    answer: Result<Result<T, (redis::ErrorKind, String)>, oneshot::error::RecvError>,
-    what: &'static str,
-) -> Result<T, QueueError> {
-    match answer {
-        Ok(Ok(t)) => Ok(t),
-        Ok(Err((kind, text))) => Err(RedisError::from((kind, what, text)).into()),
-        Err(_) => Err(QueueError::Redis(RedisError::from((
-            redis::ErrorKind::Io,
-            "the task serving a batch ended",
-        )))),
     }
 }
 

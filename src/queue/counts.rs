@@ -17,10 +17,10 @@
 
 use std::sync::Arc;
 
-use redis::{Cmd, RedisError, Value};
+use redis::{Cmd, Value};
 use tokio::sync::oneshot;
 
-use super::served::{Served, Serving};
+use super::served::{answered, fail_all, Answer, Served, Serving};
 use super::QueueError;
 use crate::redis::batch::read_grouped;
 use crate::redis::store::Store;
@@ -36,7 +36,7 @@ pub(crate) struct Counts {
 /// One request's counts (each with its key's slot) and where their replies go.
 struct Ask {
     cmds: Vec<(u16, Cmd)>,
-    tx: oneshot::Sender<Result<Vec<Value>, (redis::ErrorKind, String)>>,
+    tx: Answer<Vec<Value>>,
 }
 
 impl Default for Counts {
@@ -58,15 +58,7 @@ impl Counts {
         if self.waiting.push(Ask { cmds, tx }) {
             tokio::spawn(serve(store.clone(), self.waiting.clone()));
         }
-        match rx.await {
-            Ok(Ok(values)) => Ok(values),
-            // Rebuilt with its kind and text: a WRONGTYPE still reads as one (`classify`).
-            Ok(Err((kind, text))) => Err(RedisError::from((kind, "counting ahead", text)).into()),
-            Err(_) => Err(QueueError::Redis(RedisError::from((
-                redis::ErrorKind::Io,
-                "the task reading counts ended",
-            )))),
-        }
+        answered(rx.await, "counting ahead")
     }
 }
 
@@ -94,12 +86,7 @@ async fn serve(store: Arc<Store>, waiting: Arc<Served<Ask>>) {
                     let _ = tx.send(Err((redis::ErrorKind::Client, text.clone())));
                 }
             }
-            Err(e) => {
-                let text = e.to_string();
-                for (_, tx) in answers {
-                    let _ = tx.send(Err((e.kind(), text.clone())));
-                }
-            }
+            Err(e) => fail_all(answers.into_iter().map(|(_, tx)| tx), &e),
         }
     }
 }

@@ -13,7 +13,42 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use redis::RedisError;
+use tokio::sync::oneshot;
+
+use super::QueueError;
 use crate::sync::Guard as _;
+
+/// A batch's failure as each of its requests gets it: a `RedisError` is not `Clone`, so its
+/// kind and text.
+pub(super) type Failure = (redis::ErrorKind, String);
+
+/// Where one request of a batch gets its answer.
+pub(super) type Answer<T> = oneshot::Sender<Result<T, Failure>>;
+
+/// A batch's answer as the request's result: the Redis error rebuilt from its kind and text (a
+/// WRONGTYPE still reads as one, `crate::redis::classify`), or the serving task's end.
+pub(super) fn answered<T>(
+    answer: Result<Result<T, Failure>, oneshot::error::RecvError>,
+    what: &'static str,
+) -> Result<T, QueueError> {
+    match answer {
+        Ok(Ok(t)) => Ok(t),
+        Ok(Err((kind, text))) => Err(RedisError::from((kind, what, text)).into()),
+        Err(_) => Err(QueueError::Redis(RedisError::from((
+            redis::ErrorKind::Io,
+            "the task serving a batch ended",
+        )))),
+    }
+}
+
+/// Sends `e` to every request of a failed batch.
+pub(super) fn fail_all<T>(replies: impl IntoIterator<Item = Answer<T>>, e: &RedisError) {
+    let failure: Failure = (e.kind(), e.to_string());
+    for tx in replies {
+        let _ = tx.send(Err(failure.clone()));
+    }
+}
 
 /// The value kept under `key` in `map` (a registry of queues by key), made by `make` the first
 /// time. A lookup allocates nothing: only the first insert copies the key.
