@@ -15,7 +15,9 @@
 //! Before batching such a number went unrecorded until the head passed it.
 //!
 //! One batch is in flight per event: while it waits on a primary that does not answer, the
-//! enters queued behind it wait too (up to two response timeouts before their 503, not one).
+//! enters queued behind it wait too, and when it times out they get its failure (a 503) with it
+//! ([`super::served::fail_batch`]) instead of sending a batch of their own to the same node:
+//! one deadline before the 503, not two.
 //!
 //! Polls read the same figures and their own gaps count. Those reads go in batches too: the
 //! polls of an event that arrive while one read is on its way share the next, one pipeline of
@@ -28,7 +30,7 @@ use redis::RedisError;
 use tokio::sync::oneshot;
 
 use super::event::Event;
-use super::served::{answered, fail_all, kept, Answer, Served, Serving};
+use super::served::{answered, fail_batch, kept, Answer, Served, Serving};
 use super::{record_gap, CounterFigures, Queue, QueueError};
 use crate::redis::keys::stats;
 use crate::redis::store::Store;
@@ -135,7 +137,7 @@ async fn hand_out(store: Arc<Store>, counter: Arc<Counter>) {
                     record_gap(&store, &counter.stats, &counter.gaps, start, number).await;
                 }
             }
-            Err(e) => fail_all(batch.into_iter().map(|a| a.tx), &e),
+            Err(e) => fail_batch(&mut serving, batch.into_iter().map(|a| a.tx), &e, |a| a.tx),
         }
     }
 }
@@ -186,7 +188,7 @@ async fn read_figures(store: Arc<Store>, counter: Arc<Counter>) {
                     let _ = read.tx.send(Err((redis::ErrorKind::Client, text.clone())));
                 }
             }
-            Err(e) => fail_all(batch.into_iter().map(|r| r.tx), &e),
+            Err(e) => fail_batch(&mut serving, batch.into_iter().map(|r| r.tx), &e, |r| r.tx),
         }
     }
 }

@@ -12,15 +12,16 @@
 //! it failed each of them before); the error's kind and text reach every request of it, so a
 //! key of the wrong type is still repaired by the request that met it. One batch is in flight
 //! at a time: while it waits on a node that does not answer, the requests queued behind it
-//! wait too, so under such a fault a request's 503 can take up to two response timeouts
-//! (its queue's wait and its own batch's) instead of one.
+//! wait too, and when it times out they get its failure with it
+//! ([`super::served::fail_batch`]): one deadline before their 503, not two (theirs would have
+//! gone to the same node).
 
 use std::sync::Arc;
 
 use redis::{Cmd, Value};
 use tokio::sync::oneshot;
 
-use super::served::{answered, fail_all, Answer, Served, Serving};
+use super::served::{answered, fail_batch, Answer, Served, Serving};
 use super::QueueError;
 use crate::redis::batch::read_grouped;
 use crate::redis::store::Store;
@@ -86,7 +87,12 @@ async fn serve(store: Arc<Store>, waiting: Arc<Served<Ask>>) {
                     let _ = tx.send(Err((redis::ErrorKind::Client, text.clone())));
                 }
             }
-            Err(e) => fail_all(answers.into_iter().map(|(_, tx)| tx), &e),
+            Err(e) => fail_batch(
+                &mut serving,
+                answers.into_iter().map(|(_, tx)| tx),
+                &e,
+                |a| a.tx,
+            ),
         }
     }
 }

@@ -128,6 +128,9 @@ enum Shortfall {
     NotReplicated,
     /// Redis failed: the error's kind and text (a `RedisError` is not `Clone`).
     Redis(redis::ErrorKind, String),
+    /// The node did not answer in time: the error's text. The enters queued behind the batch
+    /// get it too ([`super::served::fail_batch`]).
+    TimedOut(String),
 }
 
 /// One counter's enters waiting for a number.
@@ -168,11 +171,20 @@ async fn hand_out(store: Arc<Store>, counter: Arc<Counter>, replicas: u32, wait:
         // One layout per event; both kinds in one batch only if an event was created anew.
         let (entries, plain): (Vec<Ask>, Vec<Ask>) =
             batch.into_iter().partition(|a| a.entry.is_some());
+        let mut failed = Ok(());
         if !plain.is_empty() {
-            numbers(&store, &counter.keys.seq, &probe, replicas, wait, plain).await;
+            failed = numbers(&store, &counter.keys.seq, &probe, replicas, wait, plain).await;
         }
         if !entries.is_empty() {
-            enters(&store, &counter.keys, &probe, replicas, wait, entries).await;
+            failed =
+                failed.and(enters(&store, &counter.keys, &probe, replicas, wait, entries).await);
+        }
+        // A node that did not answer in time: what queued behind the batch would go to it
+        // next, so it gets the batch's failure now (one deadline before its 503, not two).
+        if let Err(hung @ Shortfall::TimedOut(_)) = failed {
+            for ask in serving.behind() {
+                let _ = ask.tx.send(Err(hung.clone()));
+            }
         }
     }
 }
@@ -186,7 +198,7 @@ async fn numbers(
     replicas: u32,
     wait: Duration,
     batch: Vec<Ask>,
-) {
+) -> Result<(), Shortfall> {
     let k = batch.len() as u64;
     let mut take = redis::cmd("INCRBY");
     take.arg(seq).arg(k);
@@ -220,6 +232,7 @@ async fn numbers(
         // An enter given up meanwhile leaves its number unused (a dead number).
         let _ = ask.tx.send(answer);
     }
+    taken.map(|_| ())
 }
 
 /// A batch of a line whose index lives in the event's slot: one `lua/nl_enter.lua`.
@@ -230,7 +243,7 @@ async fn enters(
     replicas: u32,
     wait: Duration,
     batch: Vec<Ask>,
-) {
+) -> Result<(), Shortfall> {
     let script = &store.scripts().nl_enter;
     let entries: Vec<&Entry> = batch.iter().filter_map(|a| a.entry.as_ref()).collect();
     let reply = enter_batch(store, script, keys, &entries, probe, replicas, wait).await;
@@ -264,11 +277,13 @@ async fn enters(
                 // finds it.
                 let _ = ask.tx.send(Ok(t));
             }
+            Ok(())
         }
         Err(e) => {
             for ask in batch {
                 let _ = ask.tx.send(Err(e.clone()));
             }
+            Err(e)
         }
     }
 }
@@ -369,6 +384,9 @@ async fn enter_batch(
 }
 
 fn shortfall(e: RedisError) -> Shortfall {
+    if e.is_timeout() {
+        return Shortfall::TimedOut(e.to_string());
+    }
     Shortfall::Redis(e.kind(), e.to_string())
 }
 
@@ -428,6 +446,12 @@ impl Queue {
             Ok(Err(Shortfall::NotReplicated)) => Err(not_replicated()),
             Ok(Err(Shortfall::Redis(kind, text))) => {
                 Err(RedisError::from((kind, "handing out arrival numbers", text)).into())
+            }
+            Ok(Err(Shortfall::TimedOut(text))) => {
+                Err(
+                    RedisError::from((redis::ErrorKind::Io, "handing out arrival numbers", text))
+                        .into(),
+                )
             }
             Err(_) => Err(QueueError::Redis(RedisError::from((
                 redis::ErrorKind::Io,

@@ -50,6 +50,20 @@ pub(super) fn fail_all<T>(replies: impl IntoIterator<Item = Answer<T>>, e: &Redi
     }
 }
 
+/// Sends `e` to every request of a failed batch and, when its node did not answer in time
+/// (`e` a timeout), to every request queued behind it as well ([`Serving::behind`]).
+pub(super) fn fail_batch<T, A>(
+    serving: &mut Serving<T>,
+    batch: impl IntoIterator<Item = Answer<A>>,
+    e: &RedisError,
+    answer_of: impl Fn(T) -> Answer<A>,
+) {
+    fail_all(batch, e);
+    if e.is_timeout() {
+        fail_all(serving.behind().into_iter().map(answer_of), e);
+    }
+}
+
 /// The value kept under `key` in `map` (a registry of queues by key), made by `make` the first
 /// time. A lookup allocates nothing: only the first insert copies the key.
 pub(super) fn kept<V>(
@@ -133,6 +147,17 @@ impl<T> Serving<T> {
     }
 }
 
+impl<T> Serving<T> {
+    /// Everything queued now, taken out of the queue, for a batch whose node did not answer
+    /// in time. The requests behind it would wait for it and then for their own batch on the
+    /// same node: two deadlines before their 503, where answering them the batch's failure now
+    /// makes it one (a request that arrives later starts a batch of its own, as after any
+    /// batch). The task goes on serving.
+    pub(super) fn behind(&mut self) -> Vec<T> {
+        std::mem::take(&mut *self.queue.lock())
+    }
+}
+
 impl<T> Drop for Serving<T> {
     fn drop(&mut self) {
         if self.armed {
@@ -171,6 +196,66 @@ mod tests {
         let mut serving = Serving::new(queue.clone());
         assert_eq!(serving.next(MAX), Some(vec![1, 2]));
         assert_eq!(serving.next(MAX), None);
+    }
+
+    #[test]
+    fn what_queued_behind_a_hung_batch_is_answered_with_its_failure_and_the_task_goes_on() {
+        let queue = Served::new();
+        let (tx, mut rx) = oneshot::channel::<Result<u32, Failure>>();
+        assert!(queue.push((1, tx)));
+        let mut serving = Serving::new(queue.clone());
+        let batch = serving.next(MAX).expect("the first batch");
+        // Two more queue while the batch hangs.
+        let (tx2, mut rx2) = oneshot::channel();
+        let (tx3, mut rx3) = oneshot::channel();
+        assert!(!queue.push((2, tx2)));
+        assert!(!queue.push((3, tx3)));
+        let timeout = RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "no answer",
+        ));
+        fail_batch(
+            &mut serving,
+            batch.into_iter().map(|(_, tx)| tx),
+            &timeout,
+            |(_, tx)| tx,
+        );
+        for rx in [&mut rx, &mut rx2, &mut rx3] {
+            let (kind, _) = rx.try_recv().expect("answered").expect_err("a failure");
+            assert_eq!(kind, redis::ErrorKind::Io);
+        }
+        // The task still serves: the next push does not start another, and it finds the item.
+        let (tx4, _rx4) = oneshot::channel();
+        assert!(!queue.push((4, tx4)));
+        assert_eq!(serving.next(MAX).map(|b| b.len()), Some(1));
+        assert!(serving.next(MAX).is_none());
+    }
+
+    #[test]
+    fn a_batch_that_failed_otherwise_leaves_the_queue_to_the_next_batch() {
+        let queue = Served::new();
+        let (tx, mut rx) = oneshot::channel::<Result<u32, Failure>>();
+        assert!(queue.push((1, tx)));
+        let mut serving = Serving::new(queue.clone());
+        let batch = serving.next(MAX).expect("the first batch");
+        let (tx2, mut rx2) = oneshot::channel();
+        assert!(!queue.push((2, tx2)));
+        let refused = RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading),
+            "loading",
+        ));
+        fail_batch(
+            &mut serving,
+            batch.into_iter().map(|(_, tx)| tx),
+            &refused,
+            |(_, tx)| tx,
+        );
+        assert!(rx.try_recv().expect("answered").is_err());
+        assert!(
+            rx2.try_recv().is_err(),
+            "not answered: it goes in the next batch"
+        );
+        assert_eq!(serving.next(MAX).map(|b| b.len()), Some(1));
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
+use waitroom::redis::command_deadline;
 use waitroom::redis::keys::slot;
 
 use crate::common::procs::RedisProcs;
@@ -325,6 +326,111 @@ async fn a_frozen_primary_gives_503_not_a_hang_and_service_resumes_when_it_thaws
         (active(&app, &flowing).await > admitted + 10).then_some(())
     })
     .await;
+}
+
+/// A numbered event's enters come in batches, one in flight at a time. Its primary hangs for
+/// 15 s with no failover to end it (its replica told not to take over), while 20 clients enter
+/// people one after another, each until 200. Every answer comes within one deadline, 200 or 503
+/// with Retry-After: the enters queued behind the hung batch get its failure with it, instead
+/// of sending a batch of their own to the same frozen node and waiting a second deadline. After
+/// the thaw, everyone answered 200 holds a place of their own: the places are exactly 1..k.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enters_queued_behind_a_hung_batch_are_answered_within_one_deadline() {
+    let cluster = RedisProcs::cluster(7180);
+    let urls = cluster.urls();
+    let app = Arc::new(spawn_app_with(|c| c.redis.nodes = urls).await);
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"line_form": "numbered", "shards": 4, "admit_per_second": 0,
+               "abandon_after_seconds": 3600}),
+    )
+    .await;
+    let early = line(&app, &ev, "u", 20).await;
+    let victim = cluster.primary_for_slot(slot(&app.keys.numbered(&ev).seq));
+    cluster.no_failover(cluster.replica_of(victim));
+    cluster.pause(victim);
+    let frozen_at = Instant::now();
+    let freeze = Duration::from_secs(15);
+    let clients: Vec<_> = (0..20)
+        .map(|c| {
+            let (app, ev) = (app.clone(), ev.clone());
+            tokio::spawn(async move {
+                // (answered 200 with this ticket or not, how long the answer took)
+                let mut seen: Vec<(Option<String>, Duration)> = Vec::new();
+                let mut i = 0;
+                // Until a 200 after the thaw, or a minute.
+                while frozen_at.elapsed() < Duration::from_secs(60) {
+                    let sent = Instant::now();
+                    let r = app.enter(&ev, &format!("c{c}-{i}")).await;
+                    let took = sent.elapsed();
+                    match r.status() {
+                        // After a 503 the same person enters again, as a client does (a batch
+                        // that timed out may still run, and the place it wrote is kept).
+                        StatusCode::OK => {
+                            i += 1;
+                            let b: Value = r.json().await.unwrap();
+                            let ticket = b["ticket"].as_str().unwrap().to_owned();
+                            seen.push((Some(ticket), took));
+                            if frozen_at.elapsed() > freeze {
+                                break;
+                            }
+                        }
+                        StatusCode::SERVICE_UNAVAILABLE => {
+                            assert!(
+                                r.headers().contains_key("retry-after"),
+                                "a 503 says when to come back"
+                            );
+                            seen.push((None, took));
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                        s => panic!("an enter answered {s} while a primary hung"),
+                    }
+                }
+                seen
+            })
+        })
+        .collect();
+    tokio::time::sleep(freeze).await;
+    cluster.resume(victim);
+    let mut seen = Vec::new();
+    for client in clients {
+        seen.extend(client.await.unwrap());
+    }
+    let refused = seen.iter().filter(|(t, _)| t.is_none()).count();
+    let slowest = seen.iter().map(|(_, took)| *took).max().unwrap_or_default();
+    eprintln!(
+        "a hung batch: {} enters answered, {refused} with 503, slowest {slowest:?}",
+        seen.len()
+    );
+    assert!(refused > 0, "the enters felt the hang");
+    // One deadline, and 2 s for two debug builds on 2 cores to answer. A batch sent straight to
+    // its primary (the default) is bounded by the response timeout of the connections kept for
+    // waits (3 s here: 6.0 s measured for the enters queued behind it before they got its
+    // failure, 3.0 s after); through the cluster client, by the command deadline (6.5 s).
+    let redis = crate::common::test_config("x").redis;
+    let one = match redis.direct {
+        true => Duration::from_millis(redis.response_timeout_ms.max(redis.booking_wait_ms + 500)),
+        false => command_deadline(&redis),
+    };
+    let bound = one + Duration::from_secs(2);
+    assert!(
+        slowest < bound,
+        "an enter took {slowest:?} (bound {bound:?}) while the primary hung: the enters behind \
+         a hung batch waited for a batch of their own"
+    );
+    // Nobody answered 200 was lost or shares a place.
+    let everyone: Vec<String> = early
+        .into_iter()
+        .chain(seen.into_iter().filter_map(|(t, _)| t))
+        .collect();
+    let mut positions = Vec::new();
+    for t in &everyone {
+        let r = app.poll_ok(&ev, t).await;
+        positions.push(r["position"].as_u64().expect("waiting, with a position"));
+    }
+    positions.sort_unstable();
+    assert_eq!(positions, (1..=everyone.len() as u64).collect::<Vec<_>>());
 }
 
 /// Admitted so far on a numbered event, from the admin API's figures.

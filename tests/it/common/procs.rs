@@ -244,6 +244,19 @@ impl RedisProcs {
         self.children[self.index(port)].as_ref().expect("running")
     }
 
+    /// Tells the replica on `port` never to take over from its primary
+    /// (`cluster-replica-no-failover`): a primary that hangs then stays the primary, hung, for
+    /// as long as it hangs (a slow node, a network that drops packets, a cluster whose node
+    /// timeout is longer than the hang).
+    #[allow(dead_code)]
+    pub fn no_failover(&self, port: u16) {
+        let out = cli(
+            port,
+            &["config", "set", "cluster-replica-no-failover", "yes"],
+        );
+        assert!(out.contains("OK"), "config set on {port}: {out}");
+    }
+
     /// Freezes the node on `port` (SIGSTOP): it neither answers nor replicates, and its
     /// connections stay open — a hang, not a refusal.
     #[allow(dead_code)]
