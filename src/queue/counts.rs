@@ -8,13 +8,15 @@
 //! pipeline per node for them all. Redis answers the same commands; the service sends and
 //! reads fewer pipelines, and each count still reads the line at the moment it runs.
 //!
-//! A batch fails whole (a node out of reach fails every request whose counts went with it, as
-//! it failed each of them before); the error's kind and text reach every request of it, so a
-//! key of the wrong type is still repaired by the request that met it. One batch is in flight
-//! at a time: while it waits on a node that does not answer, the requests queued behind it
+//! A batch fails whole: a node out of reach fails every request whose counts went with it. The
+//! error's kind and text reach every request of it, so a key of the wrong type is still
+//! repaired by the request that met it. One batch is in flight at a time, for every event of
+//! the instance: while it waits on a node that does not answer, the requests queued behind it
 //! wait too, and when it times out they get its failure with it
-//! ([`super::served::fail_batch`]): one deadline before their 503, not two (theirs would have
-//! gone to the same node).
+//! ([`super::served::fail_batch`]): one deadline before their 503, not two. The price of one
+//! queue per instance: a request whose counts touch only nodes that answer fails with a batch
+//! it shares with one that does not. With 8 shards over 3 primaries nearly every request's
+//! counts touch every primary, so its own counts would have met the hung node anyway.
 
 use std::sync::Arc;
 

@@ -198,64 +198,65 @@ mod tests {
         assert_eq!(serving.next(MAX), None);
     }
 
-    #[test]
-    fn what_queued_behind_a_hung_batch_is_answered_with_its_failure_and_the_task_goes_on() {
+    type Waiter = (u32, Answer<u32>);
+
+    /// A batch of one fails with `e` while two more wait behind it. Returns the kind of error
+    /// each of the three was answered with (None: not answered), and the task serving the
+    /// queue.
+    fn fail_one_batch_with(
+        e: &RedisError,
+    ) -> (
+        Vec<Option<redis::ErrorKind>>,
+        Arc<Served<Waiter>>,
+        Serving<Waiter>,
+    ) {
         let queue = Served::new();
-        let (tx, mut rx) = oneshot::channel::<Result<u32, Failure>>();
+        let mut answers = Vec::new();
+        let (tx, rx) = oneshot::channel();
+        answers.push(rx);
         assert!(queue.push((1, tx)));
         let mut serving = Serving::new(queue.clone());
         let batch = serving.next(MAX).expect("the first batch");
-        // Two more queue while the batch hangs.
-        let (tx2, mut rx2) = oneshot::channel();
-        let (tx3, mut rx3) = oneshot::channel();
-        assert!(!queue.push((2, tx2)));
-        assert!(!queue.push((3, tx3)));
+        for i in 2..=3 {
+            let (tx, rx) = oneshot::channel();
+            answers.push(rx);
+            assert!(!queue.push((i, tx)), "the task is still serving");
+        }
+        fail_batch(
+            &mut serving,
+            batch.into_iter().map(|(_, tx)| tx),
+            e,
+            |(_, tx)| tx,
+        );
+        let kinds = answers
+            .iter_mut()
+            .map(|rx| rx.try_recv().ok().map(|a| a.expect_err("a failure").0))
+            .collect();
+        (kinds, queue, serving)
+    }
+
+    #[test]
+    fn what_queued_behind_a_hung_batch_is_answered_with_its_failure_and_the_task_goes_on() {
         let timeout = RedisError::from(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
             "no answer",
         ));
-        fail_batch(
-            &mut serving,
-            batch.into_iter().map(|(_, tx)| tx),
-            &timeout,
-            |(_, tx)| tx,
-        );
-        for rx in [&mut rx, &mut rx2, &mut rx3] {
-            let (kind, _) = rx.try_recv().expect("answered").expect_err("a failure");
-            assert_eq!(kind, redis::ErrorKind::Io);
-        }
+        let (kinds, queue, mut serving) = fail_one_batch_with(&timeout);
+        assert_eq!(kinds, vec![Some(redis::ErrorKind::Io); 3]);
         // The task still serves: the next push does not start another, and it finds the item.
-        let (tx4, _rx4) = oneshot::channel();
-        assert!(!queue.push((4, tx4)));
+        let (tx, _rx) = oneshot::channel();
+        assert!(!queue.push((4, tx)));
         assert_eq!(serving.next(MAX).map(|b| b.len()), Some(1));
         assert!(serving.next(MAX).is_none());
     }
 
     #[test]
     fn a_batch_that_failed_otherwise_leaves_the_queue_to_the_next_batch() {
-        let queue = Served::new();
-        let (tx, mut rx) = oneshot::channel::<Result<u32, Failure>>();
-        assert!(queue.push((1, tx)));
-        let mut serving = Serving::new(queue.clone());
-        let batch = serving.next(MAX).expect("the first batch");
-        let (tx2, mut rx2) = oneshot::channel();
-        assert!(!queue.push((2, tx2)));
-        let refused = RedisError::from((
-            redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading),
-            "loading",
-        ));
-        fail_batch(
-            &mut serving,
-            batch.into_iter().map(|(_, tx)| tx),
-            &refused,
-            |(_, tx)| tx,
-        );
-        assert!(rx.try_recv().expect("answered").is_err());
-        assert!(
-            rx2.try_recv().is_err(),
-            "not answered: it goes in the next batch"
-        );
-        assert_eq!(serving.next(MAX).map(|b| b.len()), Some(1));
+        let loading = redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading);
+        let (kinds, _queue, mut serving) =
+            fail_one_batch_with(&RedisError::from((loading, "loading")));
+        assert_eq!(kinds, vec![Some(loading), None, None]);
+        assert_eq!(serving.next(MAX).map(|b| b.len()), Some(2));
     }
 
     #[test]

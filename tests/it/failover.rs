@@ -337,15 +337,7 @@ async fn a_frozen_primary_gives_503_not_a_hang_and_service_resumes_when_it_thaws
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enters_queued_behind_a_hung_batch_are_answered_within_one_deadline() {
     let cluster = RedisProcs::cluster(7180);
-    let urls = cluster.urls();
-    let app = Arc::new(spawn_app_with(|c| c.redis.nodes = urls).await);
-    let ev = unique("e");
-    app.create_event(
-        &ev,
-        json!({"line_form": "numbered", "shards": 4, "admit_per_second": 0,
-               "abandon_after_seconds": 3600}),
-    )
-    .await;
+    let (app, ev) = numbered_event(&cluster, json!({"admit_per_second": 0})).await;
     let early = line(&app, &ev, "u", 20).await;
     let victim = cluster.primary_for_slot(slot(&app.keys.numbered(&ev).seq));
     cluster.no_failover(cluster.replica_of(victim));
@@ -469,18 +461,27 @@ async fn enter_until_ok(app: &TestApp, ev: &str, user: &str) -> (String, usize) 
     }
 }
 
+/// A service on `cluster` with a numbered event of 4 shards, nobody judged abandoned during
+/// the test, and the rest of its configuration from `config`.
+async fn numbered_event(cluster: &RedisProcs, config: Value) -> (Arc<TestApp>, String) {
+    let urls = cluster.urls();
+    let app = Arc::new(spawn_app_with(|c| c.redis.nodes = urls).await);
+    let ev = unique("e");
+    let mut body = json!({"line_form": "numbered", "shards": 4, "abandon_after_seconds": 3600});
+    if let (Some(body), Value::Object(rest)) = (body.as_object_mut(), config) {
+        body.extend(rest);
+    }
+    app.create_event(&ev, body).await;
+    (app, ev)
+}
+
 /// A service on `cluster` with a numbered event: 300 people entered one after another, admitted
 /// 10 a second with room for all, nobody judged abandoned during the test. Returns the
 /// service, the event, the 300 tickets in order, and the number admitted once at least 10 are.
 async fn numbered_sale(cluster: &RedisProcs) -> (Arc<TestApp>, String, Vec<String>, u64) {
-    let urls = cluster.urls();
-    let app = Arc::new(spawn_app_with(|c| c.redis.nodes = urls).await);
-    let ev = unique("e");
-    app.create_event(
-        &ev,
-        json!({"line_form": "numbered", "shards": 4, "admit_per_second": 10,
-               "active_capacity": 100000, "active_ttl_seconds": 3600,
-               "abandon_after_seconds": 3600}),
+    let (app, ev) = numbered_event(
+        cluster,
+        json!({"admit_per_second": 10, "active_capacity": 100000, "active_ttl_seconds": 3600}),
     )
     .await;
     let early = line(&app, &ev, "u", 300).await;
