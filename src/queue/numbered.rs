@@ -124,7 +124,8 @@ struct Taken {
 /// Why a batch handed out no numbers.
 #[derive(Clone)]
 enum Shortfall {
-    /// The numbers did not reach the replicas in time.
+    /// The numbers did not reach the replicas in time. The enters queued behind the batch get
+    /// it too.
     NotReplicated,
     /// Redis failed: the error's kind and text (a `RedisError` is not `Clone`).
     Redis(redis::ErrorKind, String),
@@ -179,9 +180,11 @@ async fn hand_out(store: Arc<Store>, counter: Arc<Counter>, replicas: u32, wait:
             failed =
                 failed.and(enters(&store, &counter.keys, &probe, replicas, wait, entries).await);
         }
-        // A node that did not answer in time: what queued behind the batch would go to it
-        // next, so it gets the batch's failure now (one deadline before its 503, not two).
-        if let Err(hung @ Shortfall::TimedOut(_)) = failed {
+        // A node that did not answer in time, or replicas that did not confirm the batch in
+        // time: what queued behind it would wait as long again on the same node and replicas,
+        // so it gets the batch's failure now (one deadline or one wait before its 503, not
+        // two). Whoever comes after starts a batch of its own, as after any batch.
+        if let Err(hung @ (Shortfall::TimedOut(_) | Shortfall::NotReplicated)) = failed {
             for ask in serving.behind() {
                 let _ = ask.tx.send(Err(hung.clone()));
             }
