@@ -145,14 +145,13 @@ impl<T> Serving<T> {
             }
         }
     }
-}
 
-impl<T> Serving<T> {
     /// Everything queued now, taken out of the queue, for a batch whose node did not answer
-    /// in time. The requests behind it would wait for it and then for their own batch on the
-    /// same node: two deadlines before their 503, where answering them the batch's failure now
-    /// makes it one (a request that arrives later starts a batch of its own, as after any
-    /// batch). The task goes on serving.
+    /// in time (or, for the numbered enters, whose replicas did not confirm it in time). The
+    /// requests behind it would wait for it and then for their own batch on the same node:
+    /// two deadlines before their 503, where answering them the batch's failure now makes it
+    /// one (a request that arrives later starts a batch of its own, as after any batch). The
+    /// task goes on serving.
     pub(super) fn behind(&mut self) -> Vec<T> {
         std::mem::take(&mut *self.queue.lock())
     }
