@@ -64,8 +64,18 @@ pub(super) fn fail_batch<T, A>(
     }
 }
 
+/// How many keys a registry holds before an insert drops the idle ones ([`kept`]).
+const SWEEP_AT: usize = 1024;
+
 /// The value kept under `key` in `map` (a registry of queues by key), made by `make` the first
 /// time. A lookup allocates nothing: only the first insert copies the key.
+///
+/// A registry would otherwise keep one entry for every event the instance ever served. When an
+/// insert finds [`SWEEP_AT`] keys, the values nobody else holds go first: a value is cloned out
+/// of the map under its lock, and every request waiting on a queue and every task serving one
+/// holds a clone, so a value held only by the map has nothing queued and no task. The next
+/// request for its key makes a new one. The values kept here hold queues and key names, no
+/// figure that a new one would lack.
 pub(super) fn kept<V>(
     map: &Mutex<foldhash::HashMap<String, Arc<V>>>,
     key: &str,
@@ -74,6 +84,9 @@ pub(super) fn kept<V>(
     let mut kept = map.guard();
     if let Some(v) = kept.get(key) {
         return v.clone();
+    }
+    if kept.len() >= SWEEP_AT {
+        kept.retain(|_, v| Arc::strong_count(v) > 1);
     }
     kept.entry(key.to_owned())
         .or_insert_with(|| Arc::new(make()))
@@ -172,6 +185,37 @@ mod tests {
 
     /// The batch bound of these tests.
     const MAX: usize = 256;
+
+    #[test]
+    fn a_full_registry_drops_only_the_values_nobody_holds() {
+        let map = Mutex::new(foldhash::HashMap::default());
+        // Every tenth value is in use: a request or a task holds a clone of it.
+        let held: Vec<Arc<usize>> = (0..SWEEP_AT)
+            .filter_map(|i| {
+                let v = kept(&map, &format!("event-{i}"), || i);
+                (i % 10 == 0).then_some(v)
+            })
+            .collect();
+        assert_eq!(map.guard().len(), SWEEP_AT, "no sweep below the bound");
+        // A lookup of a key kept is no insert: nothing is dropped.
+        let again = kept(&map, "event-1", || usize::MAX);
+        assert_eq!(*again, 1);
+        drop(again);
+        assert_eq!(map.guard().len(), SWEEP_AT);
+        // The next new key sweeps: the held values stay (the same ones), the idle ones go.
+        let new = kept(&map, "event-new", || usize::MAX);
+        assert_eq!(*new, usize::MAX);
+        assert_eq!(map.guard().len(), held.len() + 1);
+        for v in &held {
+            let key = format!("event-{v}");
+            assert!(
+                Arc::ptr_eq(v, &kept(&map, &key, || usize::MAX)),
+                "{key} was replaced"
+            );
+        }
+        // An idle key that was dropped comes back as a new value when asked for again.
+        assert_eq!(*kept(&map, "event-1", || 7), 7);
+    }
 
     #[test]
     fn a_surge_goes_in_batches_of_at_most_max_batch_first_come_first() {

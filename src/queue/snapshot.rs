@@ -247,6 +247,24 @@ const HELD_FOR: Duration = Duration::from_secs(10);
 type Kept = (Instant, u64, Arc<LineFigures>);
 
 impl Slot {
+    /// True when nothing in the slot would be used again: no read on its way or failed within
+    /// `offered_for` (a failure holds reads back for an age, shorter than that), and its last
+    /// figures older than `offered_for`, so neither kept (an age is shorter too) nor offered to
+    /// the next read. Dropping such a slot changes no answer: a new one reads the figures whole.
+    /// Called only on a slot nobody else holds, under the registry's lock.
+    fn spent(&self, offered_for: Duration) -> bool {
+        let Ok(reading) = self.reading.try_lock() else {
+            return false;
+        };
+        let recent = |at: &Instant| at.elapsed() < offered_for;
+        !reading.as_ref().is_some_and(recent)
+            && !self
+                .last
+                .read_guard()
+                .as_ref()
+                .is_some_and(|(at, _)| recent(at))
+    }
+
     /// The kept figures and their age, while under `max_age` and read since this instance's
     /// last change.
     fn fresh(&self, max_age: Duration) -> Option<(Arc<LineFigures>, Duration)> {
@@ -277,15 +295,26 @@ impl Snapshots {
         }
     }
 
+    /// The slot of `line`, made the first time. A new slot sweeps out the slots that hold
+    /// nothing usable any more ([`Slot::spent`]), so the figures of lines no longer polled here
+    /// (an event whose sale ended: up to ~125 KB of departure blocks at a million waiting) do
+    /// not stay for the instance's life.
     fn slot(&self, line: &str) -> Arc<Slot> {
         if let Some(s) = self.lines.read_guard().get(line) {
             return s.clone();
         }
-        self.lines
-            .write_guard()
-            .entry(line.to_owned())
-            .or_default()
-            .clone()
+        let mut lines = self.lines.write_guard();
+        if let Some(s) = lines.get(line) {
+            return s.clone();
+        }
+        let offered_for = self.offered_for();
+        lines.retain(|_, s| Arc::strong_count(s) > 1 || !s.spent(offered_for));
+        lines.entry(line.to_owned()).or_default().clone()
+    }
+
+    /// How long the last figures read are offered to the next read ([`HELD_FOR`]).
+    fn offered_for(&self) -> Duration {
+        HELD_FOR.max(2 * self.max_age)
     }
 
     /// Figures past this age are read anew by one caller while the others keep using them.
@@ -355,7 +384,7 @@ impl Snapshots {
         let generation = slot.generation.load(Ordering::Acquire);
         let started = Instant::now();
         let held = match &*slot.last.read_guard() {
-            Some((at, f)) if at.elapsed() < HELD_FOR.max(2 * self.max_age) => Some(f.clone()),
+            Some((at, f)) if at.elapsed() < self.offered_for() => Some(f.clone()),
             _ => None,
         };
         let Some(figures) = read(held).await else {
@@ -660,6 +689,52 @@ mod tests {
         assert_eq!(reads.load(Ordering::SeqCst), 2, "one read anew");
         assert_eq!(read(&s, &reads, true).await.map(|f| f.seq), Some(11));
         assert_eq!(reads.load(Ordering::SeqCst), 2, "the new figures are kept");
+    }
+
+    #[tokio::test]
+    async fn a_new_line_sweeps_out_the_figures_of_lines_no_longer_polled() {
+        let s = Snapshots::new(Duration::from_millis(75));
+        for name in ["old", "recent", "held", "never read"] {
+            if name != "never read" {
+                s.figures(name, |_| async { Some(line(1, 10, &[])) }).await;
+            } else {
+                s.slot(name);
+            }
+        }
+        let held = s.slot("held");
+        // "old" and "held" were last read longer ago than figures are offered to a read.
+        let long_ago = Instant::now()
+            .checked_sub(s.offered_for() + Duration::from_secs(1))
+            .expect("the clock has run that long");
+        for name in ["old", "held"] {
+            if let Some((at, _)) = s.slot(name).last.write_guard().as_mut() {
+                *at = long_ago;
+            }
+        }
+        let names = |s: &Snapshots| {
+            let mut names: Vec<String> = s.lines.read_guard().keys().cloned().collect();
+            names.sort();
+            names
+        };
+        // A lookup of a line kept sweeps nothing.
+        s.slot("old");
+        assert_eq!(names(&s), ["held", "never read", "old", "recent"]);
+        // A new line does: the figures of "old" and the empty "never read" go; "recent" is
+        // still offered to the next read, and "held" is in use.
+        s.slot("new");
+        assert_eq!(names(&s), ["held", "new", "recent"]);
+        assert!(Arc::ptr_eq(&held, &s.slot("held")), "a held slot is kept");
+        // A line swept out reads its figures anew when polled again.
+        let reads = AtomicU64::new(0);
+        let again = s
+            .figures("old", |offered| {
+                assert!(offered.is_none(), "nothing is offered from a swept slot");
+                reads.fetch_add(1, Ordering::SeqCst);
+                async { Some(line(1, 12, &[])) }
+            })
+            .await;
+        assert_eq!(again.map(|f| f.seq), Some(12));
+        assert_eq!(reads.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]
