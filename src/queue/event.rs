@@ -276,11 +276,17 @@ impl EventPatch {
             }
             (_, f) => f.unwrap_or(d.line_form),
         };
-        // The index buckets live in the shards' tags: a new shard count would lose them.
-        if base.is_some_and(|b| b.line_form == LineForm::Numbered)
+        // A numbered line created before its index moved into the event's slot keeps the index
+        // in the shards' tags: a new shard count would lose it. One whose index is in its own
+        // slot moves no key at a change (the count only scales its horizon), so it follows the
+        // sorted sets' rule: paused or closed, and empty (`Queue::put_event`, 409 otherwise).
+        if base.is_some_and(|b| b.line_form == LineForm::Numbered && !b.index_in_line)
             && self.shards.is_some_and(|n| n != d.shards)
         {
-            return Err("a numbered line keeps the shard count it was created with".into());
+            return Err(
+                "a numbered line whose index lives in the shards' tags keeps the shard count it was created with"
+                    .into(),
+            );
         }
         let cfg = EventConfig {
             shards: self.shards.unwrap_or(d.shards),
@@ -519,6 +525,43 @@ mod switch_tests {
         assert_eq!(sorted.positions_by(Some(Statistical)), Statistical);
         sorted.strategy = Statistical;
         assert_eq!(sorted.positions_by(Some(Timestamp)), Statistical);
+    }
+
+    #[test]
+    fn a_numbered_line_takes_a_new_shard_count_unless_its_index_lives_in_the_shards_tags() {
+        let created = EventPatch {
+            line_form: Some(LineForm::Numbered),
+            ..EventPatch::default()
+        }
+        .apply(None)
+        .unwrap();
+        assert!(created.index_in_line);
+        let reshard = EventPatch {
+            shards: Some(created.shards * 2),
+            ..EventPatch::default()
+        };
+        // Its own slot holds the index: the count changes, and new tags are to be chosen
+        // (`Queue::put_event`, which refuses while anyone waits).
+        let changed = reshard.apply(Some(&created)).unwrap();
+        assert_eq!(changed.shards, created.shards * 2);
+        assert!(changed.shard_tags.is_empty());
+        assert!(changed.index_in_line);
+        // A line created before, with its index in the shards' tags: refused.
+        let before = EventConfig {
+            index_in_line: false,
+            shard_tags: vec!["t0".into(); created.shards as usize],
+            ..created.clone()
+        };
+        assert!(reshard.apply(Some(&before)).is_err());
+        // The same count is no change.
+        let same = EventPatch {
+            shards: Some(before.shards),
+            ..EventPatch::default()
+        };
+        assert_eq!(
+            same.apply(Some(&before)).unwrap().shard_tags,
+            before.shard_tags
+        );
     }
 }
 

@@ -242,32 +242,63 @@ async fn numbered_admission_skips_the_abandoned_and_refills_on_leave_and_expiry(
     .await;
 }
 
-/// A numbered line keeps the form and shard count it was created with: changing either is
-/// refused with 400, and nothing changes. Its strategy may be any of the four, at creation too.
+/// A numbered line keeps the form it was created with: changing it is refused with 400, and
+/// nothing changes. Its shard count follows the sorted sets' rule (API.md): 409 while the event
+/// is open or anyone waits, and a paused, empty line takes a new count; the enters after it
+/// stand at exactly 1..n, and someone who left before it comes back behind them. Its strategy
+/// may be any of the four, at creation too.
 #[tokio::test]
-async fn a_numbered_line_keeps_its_form_and_shards() {
+async fn a_numbered_line_keeps_its_form_and_changes_shards_only_when_paused_and_empty() {
     let app = spawn_app().await;
     let ev = unique("e");
     app.create_event(
         &ev,
-        json!({"line_form": "numbered", "shards": 2, "strategy": "timestamp"}),
+        json!({"line_form": "numbered", "shards": 2, "strategy": "timestamp",
+               "admit_per_second": 0}),
     )
     .await;
-    for body in [json!({"shards": 4}), json!({"line_form": "sorted_sets"})] {
-        let r = app.put_event(&ev, body.clone()).await;
-        assert_error(r, StatusCode::BAD_REQUEST, "bad_request").await;
-    }
+    let r = app
+        .put_event(&ev, json!({"line_form": "sorted_sets"}))
+        .await;
+    assert_error(r, StatusCode::BAD_REQUEST, "bad_request").await;
     // A change of anything else keeps the strategy it was created with.
-    app.update_event(&ev, json!({"admit_per_second": 5})).await;
-    let cfg = app.get_event(&ev).await["config"].clone();
-    assert_eq!(
+    app.update_event(&ev, json!({"active_capacity": 7})).await;
+    let shown = |cfg: &Value| {
         (
-            cfg["strategy"].as_str(),
+            cfg["strategy"].as_str().map(str::to_owned),
             cfg["shards"].as_u64(),
-            cfg["line_form"].as_str()
-        ),
-        (Some("timestamp"), Some(2), Some("numbered"))
-    );
+            cfg["line_form"].as_str().map(str::to_owned),
+        )
+    };
+    let created = (Some("timestamp".into()), Some(2), Some("numbered".into()));
+    assert_eq!(shown(&app.get_event(&ev).await["config"]), created);
+
+    let alice = ticket_of(&app.enter_ok(&ev, "alice").await).await;
+    // Open: instances may still be entering people under the configuration they cached.
+    let r = app.put_event(&ev, json!({"shards": 4})).await;
+    assert_error(r, StatusCode::CONFLICT, "conflict").await;
+    // Paused, with alice waiting.
+    app.update_event(&ev, json!({"state": "paused"})).await;
+    let r = app.put_event(&ev, json!({"shards": 4})).await;
+    assert_error(r, StatusCode::CONFLICT, "conflict").await;
+    assert_eq!(shown(&app.get_event(&ev).await["config"]), created);
+
+    // Paused and empty: the new count is taken.
+    assert!(app.leave(&ev, &alice).await.status().is_success());
+    app.update_event(&ev, json!({"shards": 4})).await;
+    let changed = (Some("timestamp".into()), Some(4), Some("numbered".into()));
+    assert_eq!(shown(&app.get_event(&ev).await["config"]), changed);
+
+    // Open again: three enter at once and hold exactly 1..3; alice comes back behind them.
+    app.update_event(&ev, json!({"state": "open"})).await;
+    let entered = join_all(["bob", "carol", "dave"].map(|u| app.enter_ok(&ev, u))).await;
+    let mut places: Vec<u64> = entered
+        .iter()
+        .map(|s| s["position"].as_u64().unwrap())
+        .collect();
+    places.sort_unstable();
+    assert_eq!(places, [1, 2, 3]);
+    assert_eq!(app.enter_ok(&ev, "alice").await["position"], 4);
 }
 
 /// A strategy switch on a numbered line moves no order key: every strategy orders by the
