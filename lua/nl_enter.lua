@@ -4,7 +4,8 @@
 --
 -- ARGV[1]  now, ms
 -- ARGV[2]  active session length, ms
--- ARGV[3]  the horizon: a new number within this many of the boundary records its entry
+-- ARGV[3]  the horizon: a new number near the front (below `horizon_edge` in
+--          lua/numbered_lib.lua) records its entry
 -- ARGV[4]  the records' period, ms (see nl_status.lua)
 -- ARGV[5..] the members, in arrival order; member ARGV[i] lives in index bucket KEYS[i + 3]
 --          (a bucket is named once per member, so a key may repeat)
@@ -25,8 +26,9 @@ local horizon = tonumber(ARGV[3])
 local period = math.floor(now / tonumber(ARGV[4]))
 -- Nothing departs in this script: the boundary and the departures are read once, and a new
 -- number lies above every departure (only numbers handed out depart).
-local f = redis.call('HMGET', KEYS[1], 'b', 'gb', 't')
+local f = redis.call('HMGET', KEYS[1], 'b', 'gb', 't', 'he')
 local b, gb, t = tonumber(f[1]) or 1, tonumber(f[2]) or 0, tonumber(f[3]) or 0
+local edge = horizon_edge(b, horizon, tonumber(f[4]) or 0)
 -- A new number is the one after the counter, claimed by HSETNX (the member has none yet); the
 -- counter is written once, after the loop, to the last number claimed: one command per batch
 -- where an INCR per enter cost ~0.6 us of Redis per enter on the primary and ~0.4 us on the
@@ -74,7 +76,7 @@ local function enter_all()
     if not kind then
       -- A number of this batch: every departure lies below it, so it waits at max(1, n - c).
       out[k] = n
-      if n - b < horizon and record_at(records(n, n), n, n, period) == nil then
+      if n < edge and record_at(records(n, n), n, n, period) == nil then
         -- Entered, never polled (as nl_status.lua's 'enter').
         redis.call('SETRANGE', KEYS[5], 2 * n, cell(false, period))
       end

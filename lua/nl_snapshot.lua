@@ -2,10 +2,11 @@
 -- for a short while (src/queue/snapshot.rs): a poll far from the front then costs no command.
 -- Keys: see lua/numbered_lib.lua (prepended).
 --
--- Returns {b, gb, t, m, counter, k0, p(k0), bytes(k0), p(k0 + 1), bytes(k0 + 1), …, p(m), bytes(m)}
--- where k0 is the block of the boundary b, p(k) the departures before block k and bytes(k) the
--- block's departure bits (BLOCK / 8 bytes, fewer at the bitmap's end), '' for a block with
--- no departure. Blocks after m hold no departure: there, the departures below n are t.
+-- Returns {b, gb, t, m, counter, k0, he, p(k0), bytes(k0), p(k0 + 1), bytes(k0 + 1), …, p(m),
+-- bytes(m)} where k0 is the block of the boundary b, he the furthest edge of the horizon a tick
+-- used (`horizon_edge` in lua/numbered_lib.lua), p(k) the departures before block k and
+-- bytes(k) the block's departure bits (BLOCK / 8 bytes, fewer at the bitmap's end), '' for a
+-- block with no departure. Blocks after m hold no departure: there, the departures below n are t.
 --
 -- ARGV (none on a first read): what the instance holds from its last read, so that a block it
 -- holds unchanged is not sent again: ARGV[1] the counter and ARGV[2] t as read then, ARGV[3]
@@ -13,9 +14,10 @@
 -- bit is only ever set, never cleared, so a block with as many departures as the copy held
 -- holds the same ones: its bytes(k) is then false (a nil reply), "keep yours". Only while
 -- neither the counter nor t went back (a line that began again is read whole).
-local f = redis.call('HMGET', KEYS[1], 'b', 'gb', 't', 'm')
+local f = redis.call('HMGET', KEYS[1], 'b', 'gb', 't', 'm', 'he')
 local b, gb = tonumber(f[1]) or 1, tonumber(f[2]) or 0
 local t, m = tonumber(f[3]) or 0, tonumber(f[4]) or -1
+local he = tonumber(f[5]) or 0
 local seq = tonumber(redis.call('GET', KEYS[6])) or 0
 local held = {}
 if #ARGV >= 3 and seq >= tonumber(ARGV[1]) and t >= tonumber(ARGV[2]) then
@@ -25,7 +27,7 @@ if #ARGV >= 3 and seq >= tonumber(ARGV[1]) and t >= tonumber(ARGV[2]) then
   end
 end
 local k0 = math.floor(b / BLOCK)
-local out = {b, gb, t, m, seq, k0}
+local out = {b, gb, t, m, seq, k0, he}
 if k0 > m then
   return out
 end

@@ -8,7 +8,8 @@
 -- ARGV[4]  'enter': n was just handed out (its record, near the front: entered, never polled);
 --          'poll': a poll (its record, near the front: polled, this period); 'check': a read
 --          that records nothing (a hold's session check)
--- ARGV[5]  the horizon: only numbers within this many of the boundary keep a record
+-- ARGV[5]  the horizon: only numbers within this many of the boundary, or below the edge a tick
+--          reached before (`horizon_edge` in lua/numbered_lib.lua), keep a record
 -- ARGV[6]  the records' period, ms (the poll refresh): a poll rewrites its record once per period
 -- ARGV[7]  with ARGV[1] 0: the member
 -- Returns  {0, position, recorded} waiting, {1, admitted at ms, 0} admitted and live, {2, 0, 0}
@@ -22,11 +23,11 @@ if n == 0 then
     return {2, 0, 0, 0}
   end
 end
-local s, b = standing(n, now, tonumber(ARGV[3]))
+local s, b, he = standing(n, now, tonumber(ARGV[3]))
 s[3] = 0
 s[4] = n
 if s[1] == 0 and ARGV[4] ~= 'check' then
-  if n - b < tonumber(ARGV[5]) then
+  if n < horizon_edge(b, tonumber(ARGV[5]), he) then
     if ARGV[4] == 'poll' then
       s[3] = 1
     end

@@ -9,7 +9,8 @@
 --          since), ms: last seen at or before it, they are taken for gone, not admitted
 -- ARGV[6]  abandon bound for entries that never polled (negative records)
 -- ARGV[7]  the longer bound for people who have polled while the overload guard holds
--- ARGV[8]  the horizon: how many numbers from the boundary keep a last-seen record
+-- ARGV[8]  the horizon: how many numbers from the boundary keep a last-seen record (its edge
+--          never moves back: `horizon_edge` in lua/numbered_lib.lua)
 -- ARGV[9]  fence: admit nobody once this node's clock (TIME, ms) reaches it ('' = none); see
 --          lua/admit.lua
 -- ARGV[10] this operation's id ('' = none): a second run with the same id changes nothing
@@ -43,7 +44,7 @@ local period = math.floor(now / span)
 local function fresh(age, cut)
   return period - age >= math.floor(cut / span)
 end
-local b, e, gb = line_figures()
+local b, e, gb, he0 = line_figures()
 local e0 = e
 local seq = tonumber(redis.call('GET', KEYS[6])) or 0
 
@@ -127,18 +128,25 @@ while (#admit < take or judged < probe) and x <= seq do
       elseif polled == false then
         away = not fresh(age, cut_entered)
       else
-        -- No record: inside the horizon since the first tick whose boundary came within
-        -- `horizon` of n, once n had been handed out; never judged before that. Candidates
-        -- ascend and so does that tick: one pointer over the ticks, read once.
+        -- No record: inside the horizon since the first tick whose edge passed n, once n had
+        -- been handed out; never judged before that. The edge is the one that tick used (its
+        -- member's last field), not one worked out from today's horizon: a rate raised since
+        -- widens the horizon, and the people it takes in came inside with the raise, not at
+        -- ticks long before it (they may have polled as told, further back, where nothing is
+        -- recorded). Edges never move back, so candidates ascend and so does that tick: one
+        -- pointer over the ticks, read once, from the boundaries within the widest reach
+        -- (a tick further back is passed over: n is taken in later, never earlier).
         if not crossings then
           crossings = {}
-          local raw = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. math.max(0, n - horizon), '+inf')
+          local reach = math.max(horizon, he0 - b)
+          local raw = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. math.max(0, n - reach), '+inf')
           for _, c in ipairs(raw) do
-            local cb, at, cseq = string.match(c, '^(%d+):(%d+):(%d+)')
-            crossings[#crossings + 1] = {tonumber(cb), tonumber(at), tonumber(cseq)}
+            local cb, at, cseq, edge = string.match(c, '^(%d+):(%d+):(%d+):?(%d*)')
+            crossings[#crossings + 1] = {tonumber(edge) or tonumber(cb) + horizon, tonumber(at),
+                                         tonumber(cseq)}
           end
         end
-        while crossings[j] and (crossings[j][1] <= n - horizon or crossings[j][3] < n) do
+        while crossings[j] and (crossings[j][1] <= n or crossings[j][3] < n) do
           j = j + 1
         end
         away = crossings[j] ~= nil and crossings[j][2] <= cut_polled
@@ -171,9 +179,13 @@ local nb = b
 if last_admitted then
   nb = last_admitted + 1
   gb = departed_below(nb)
-  redis.call('ZADD', KEYS[4], nb, nb .. ':' .. now .. ':' .. seq)
 end
-if nb ~= b or e ~= e0 then
-  redis.call('HSET', KEYS[1], 'b', nb, 'e', e, 'gb', gb)
+-- The edge after this tick: further when the boundary moved or the rate (so the horizon) rose.
+local he = horizon_edge(nb, horizon, he0)
+if last_admitted then
+  redis.call('ZADD', KEYS[4], nb, nb .. ':' .. now .. ':' .. seq .. ':' .. he)
+end
+if nb ~= b or e ~= e0 or he ~= he0 then
+  redis.call('HSET', KEYS[1], 'b', nb, 'e', e, 'gb', gb, 'he', he)
 end
 return {#admit, abandoned, active + #admit, waiting_from(nb, gb, seq), 0, suspended, nb}

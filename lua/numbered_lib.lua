@@ -7,12 +7,14 @@
 -- KEYS[1]  the line (hash): `b` the boundary (the first number not yet admitted, 1 at first),
 --          `e` the first number whose session may still be live, `gb` departures below `b`,
 --          `t` all departures, `m` the highest block holding one, `p<k>` departures in the
---          blocks before block k (k ≤ m; a block is BLOCK numbers)
+--          blocks before block k (k ≤ m; a block is BLOCK numbers), `he` the furthest edge of
+--          the horizon a tick has used (see `horizon_edge`)
 -- KEYS[2]  departures (bitmap): bit n set when n stopped waiting without being admitted (left,
 --          removed as abandoned, or a re-entry's spare number)
 -- KEYS[3]  ended sessions (bitmap): bit n set when admitted n ended early (booked, or left)
 -- KEYS[4]  ticks (zset): one per tick that moved the boundary, scored by the boundary after it,
---          member '<boundary>:<time ms>:<counter then>'
+--          member '<boundary>:<time ms>:<counter then>:<horizon edge after it>' (ticks of an
+--          earlier version have no edge: theirs is read as boundary + the horizon now)
 -- KEYS[5]  last-seen records near the front (string): two bytes per number n at offset 2n, 0
 --          for none, else whether n has polled (or only entered) and in which period
 --          (see `record_of`)
@@ -128,9 +130,21 @@ local function depart(ns)
   return #added
 end
 
+-- b, e, gb and `he` (0 before any tick wrote it).
 local function line_figures()
-  local f = redis.call('HMGET', KEYS[1], 'b', 'e', 'gb')
-  return tonumber(f[1]) or 1, tonumber(f[2]) or 1, tonumber(f[3]) or 0
+  local f = redis.call('HMGET', KEYS[1], 'b', 'e', 'gb', 'he')
+  return tonumber(f[1]) or 1, tonumber(f[2]) or 1, tonumber(f[3]) or 0, tonumber(f[4]) or 0
+end
+
+-- The edge of the horizon: the numbers below it are near the front, where polls and enters
+-- keep last-seen records and the tick may judge someone gone. The horizon follows the rate
+-- (src/queue/mod.rs, `horizon`), but its edge never moves back: `he` holds the furthest edge a
+-- tick has used. Once inside, always inside: a lower rate (a pause at 0, say) must not stop
+-- the records of people already inside, or when the rate rose again the tick would find their
+-- last record older than the abandon bound and take them for gone while they poll as told.
+-- (The sorted line does the same: a poll refreshes a record wherever its holder stands.)
+local function horizon_edge(b, horizon, he)
+  return math.max(b + horizon, he)
 end
 
 -- Sessions that ran out by `now`, whole ticks at a time: the first number whose session may
@@ -179,26 +193,26 @@ end
 
 -- Where number n stands: {0, position} waiting, {1, admitted at ms} admitted and live,
 -- {2, 0} gone (left, abandoned, session over or lapsed, or never handed out); and the boundary
--- it was read against, so a caller needs no second read of the line's figures.
+-- and `he` it was read against, so a caller needs no second read of the line's figures.
 local function standing(n, now, ttl)
-  local b, e, gb = line_figures()
+  local b, e, gb, he = line_figures()
   if n < 1 or n > (tonumber(redis.call('GET', KEYS[6])) or 0) then
-    return {2, 0}, b
+    return {2, 0}, b, he
   end
   if redis.call('GETBIT', KEYS[2], n) == 1 then
-    return {2, 0}, b
+    return {2, 0}, b, he
   end
   if n >= b then
-    return {0, n - b + 1 - (departed_below(n) - gb)}, b
+    return {0, n - b + 1 - (departed_below(n) - gb)}, b, he
   end
   if n < e or redis.call('GETBIT', KEYS[3], n) == 1 then
-    return {2, 0}, b
+    return {2, 0}, b, he
   end
   local at = admitted_at(n)
   if not at or at + ttl <= now then
-    return {2, 0}, b
+    return {2, 0}, b, he
   end
-  return {1, at}, b
+  return {1, at}, b, he
 end
 
 -- A number that waits nowhere (a re-entry's spare): departed while waiting, ended if a tick

@@ -566,7 +566,7 @@ impl Queue {
             })
             .await?;
         let position = figures.position(place.n)?;
-        let near = place.n.saturating_sub(figures.b) < numbered_horizon(&ev.config);
+        let near = figures.near_front(place.n, numbered_horizon(&ev.config));
         if near && place.recorded != period + 1 {
             return None;
         }

@@ -68,6 +68,9 @@ pub struct LineFigures {
     pub seq: u64,
     /// The boundary's block: `blocks[0]` is this block.
     pub k0: u64,
+    /// The furthest edge of the horizon a tick has used (`horizon_edge` in
+    /// `lua/numbered_lib.lua`; 0 before any): numbers below it keep last-seen records.
+    pub he: u64,
     /// Blocks `k0..=m`.
     pub blocks: Vec<Block>,
 }
@@ -118,8 +121,8 @@ impl LineFigures {
             redis::Value::Int(i) => Some(*i),
             _ => None,
         };
-        let head: Vec<i64> = reply.iter().take(6).map(int).collect::<Option<_>>()?;
-        let [b, gb, t, m, seq, k0] = head.as_slice() else {
+        let head: Vec<i64> = reply.iter().take(7).map(int).collect::<Option<_>>()?;
+        let [b, gb, t, m, seq, k0, he] = head.as_slice() else {
             return None;
         };
         let mut figures = LineFigures {
@@ -129,11 +132,12 @@ impl LineFigures {
             m: *m,
             seq: u64::try_from(*seq).ok()?,
             k0: u64::try_from(*k0).ok()?,
+            he: u64::try_from(*he).ok()?,
             blocks: Vec::new(),
         };
         // The blocks' bits, None where the reply says to keep the held copy.
         let mut sent = Vec::new();
-        for pair in reply[6..].chunks(2) {
+        for pair in reply[7..].chunks(2) {
             let [before, bits] = pair else { return None };
             let bits = match bits {
                 redis::Value::BulkString(s) => Some(s.clone()),
@@ -191,6 +195,14 @@ impl LineFigures {
         self.blocks
             .get(i)
             .map_or(0, |block| after.saturating_sub(block.before))
+    }
+
+    /// Whether `n` is near the front for a line whose horizon is `horizon` numbers now: below
+    /// the boundary plus the horizon, or below the furthest edge a tick has used (an edge never
+    /// moves back: `horizon_edge` in `lua/numbered_lib.lua`). A poll near the front keeps its
+    /// last-seen record, so it runs the number's script once per period.
+    pub fn near_front(&self, n: u64, horizon: u64) -> bool {
+        n < self.b.saturating_add(horizon).max(self.he)
     }
 
     /// The position of number `n`, handed out, as of the read: `n − b + 1` less the
@@ -447,6 +459,7 @@ mod tests {
             m,
             seq,
             k0,
+            he: b + 1000,
             blocks,
         }
     }
@@ -477,6 +490,21 @@ mod tests {
     }
 
     #[test]
+    fn near_the_front_is_below_the_horizon_now_or_the_furthest_edge_reached() {
+        let mut l = line(100, 50_000, &[]);
+        l.he = 0;
+        assert!(l.near_front(1_099, 1_000));
+        assert!(!l.near_front(1_100, 1_000));
+        // The rate, and with it the horizon, went down since a tick reached 9,100.
+        l.he = 9_100;
+        assert!(l.near_front(9_099, 1_000));
+        assert!(!l.near_front(9_100, 1_000));
+        // It went up again, past that edge.
+        assert!(l.near_front(19_099, 19_000));
+        assert!(!l.near_front(u64::MAX, u64::MAX));
+    }
+
+    #[test]
     fn a_block_without_departures_and_the_tail_read_as_the_sums() {
         let gone = [5, 70_000];
         let l = line(1, 200_000, &gone);
@@ -504,6 +532,7 @@ mod tests {
             Int(l.m),
             Int(l.seq as i64),
             Int(l.k0 as i64),
+            Int(l.he as i64),
         ];
         for (i, block) in l.blocks.iter().enumerate() {
             let k = l.k0 + i as u64;
@@ -572,7 +601,7 @@ mod tests {
         let second = line(1, 100_000, &[5, 6, 70_000]);
         // A nil for block 0 whose held copy holds one departure where the reply counts two.
         let mut wrong = reply(&second, Some(&second));
-        assert_eq!(wrong[7], redis::Value::Nil);
+        assert_eq!(wrong[8], redis::Value::Nil);
         assert!(LineFigures::from_reply(wrong.clone(), Some(&first)).is_none());
         // A nil with nothing held.
         assert!(LineFigures::from_reply(wrong.clone(), None).is_none());
@@ -580,7 +609,7 @@ mod tests {
         let short = line(40_000, 100_000, &[70_000]);
         assert!(LineFigures::from_reply(wrong.clone(), Some(&short)).is_none());
         // Any other kind of value.
-        wrong[7] = redis::Value::Int(1);
+        wrong[8] = redis::Value::Int(1);
         assert!(LineFigures::from_reply(wrong, Some(&second)).is_none());
     }
 

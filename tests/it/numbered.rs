@@ -658,6 +658,124 @@ async fn while_the_guard_holds_on_the_numbered_line_people_who_polled_keep_their
     .await;
 }
 
+/// The abandon time of the horizon tests' events: their abandon bound is 2.5 s (2 s and a
+/// quarter), and their horizon 1,000 numbers (the floor, one shard) at 50/s or less and 18,750
+/// at 5,000/s (5,000 × 2.5 × 1.5).
+const EDGE_ABANDON_S: u64 = 2;
+
+/// A one-shard numbered event with room for five inside, sessions of ten minutes and admission
+/// held back, entered by 1,010 fillers and then `last` (number 1,011): the event, the fillers'
+/// tickets and last's.
+async fn line_of_1011(app: &TestApp) -> (String, Vec<String>, String) {
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"line_form": "numbered", "shards": 1, "admit_per_second": 0,
+               "active_capacity": 5, "abandon_after_seconds": EDGE_ABANDON_S,
+               "active_ttl_seconds": 600}),
+    )
+    .await;
+    let fillers: Vec<String> = enter_by_hundreds(app, &ev, 1010)
+        .await
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect();
+    let last = app.enter_ok(&ev, "last").await;
+    assert_eq!(last["position"], 1011);
+    (ev, fillers, ticket_of(&last).await)
+}
+
+/// Polls `tickets` through `app`, all of them every 200 ms, for `d`.
+async fn keep_polling(app: &TestApp, ev: &str, tickets: &[String], d: Duration) {
+    let until = std::time::Instant::now() + d;
+    while std::time::Instant::now() < until {
+        standings(app, ev, tickets).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until `ev` has `active` people inside.
+async fn until_active(app: &TestApp, ev: &str, active: u64) {
+    eventually(Duration::from_secs(10), "admitted", || async {
+        (app.get_event(ev).await["stats"]["active"] == active).then_some(())
+    })
+    .await;
+}
+
+/// Opens `ev` at 5,000/s with room for everyone while the `fillers` keep polling, until nobody
+/// waits; then `last`, who polled no more meanwhile, must have been let in, and so must all.
+async fn open_for_all_then_last_is_in(app: &TestApp, ev: &str, fillers: &[String], last: &str) {
+    app.update_event(
+        ev,
+        json!({"admit_per_second": 5000, "active_capacity": 5000}),
+    )
+    .await;
+    eventually(Duration::from_secs(20), "nobody waiting", || async {
+        let polls = fillers.iter().enumerate().map(|(i, t)| async move {
+            (app.poll(ev, t).await.status() == StatusCode::NOT_FOUND).then_some(i)
+        });
+        let gone: Vec<usize> = futures::stream::iter(polls)
+            .buffer_unordered(POLLS_AT_ONCE)
+            .filter_map(|i| async move { i })
+            .collect()
+            .await;
+        assert!(
+            gone.is_empty(),
+            "fillers polling as told taken for gone: {gone:?}"
+        );
+        (app.get_event(ev).await["stats"]["waiting"] == 0).then_some(())
+    })
+    .await;
+    let r = app.poll(ev, last).await;
+    assert_eq!(r.status(), StatusCode::OK, "last was taken for gone");
+    let s: Value = r.json().await.unwrap();
+    assert_eq!(s["status"], "admitted");
+    assert_eq!(app.get_event(ev).await["stats"]["active"], 1011);
+}
+
+/// A raised rate widens the horizon, and the people it takes in come inside with the raise,
+/// not at the ticks before it: someone who polled as told further back (where nothing is
+/// recorded) is not taken for gone as soon as the tick reaches them. Five are admitted at 50/s
+/// (the boundary then at 6; last, number 1,011, beyond the horizon of 1,000), the ticks grow
+/// older than the abandon bound, and the rate rises to 5,000/s (a horizon of 18,750) while last
+/// polls no more: last is let in.
+#[tokio::test]
+async fn a_raised_rate_takes_people_in_with_the_raise_not_at_the_ticks_before_it() {
+    let app = spawn_app().await;
+    let (ev, fillers, last) = line_of_1011(&app).await;
+    app.update_event(&ev, json!({"admit_per_second": 50})).await;
+    until_active(&app, &ev, 5).await;
+    let s = app.poll_ok(&ev, &last).await;
+    assert_eq!(
+        (s["status"].as_str(), s["position"].as_u64()),
+        (Some("waiting"), Some(1006))
+    );
+    // Twice the abandon bound since those ticks, the fillers polling as told.
+    keep_polling(&app, &ev, &fillers, Duration::from_secs(5)).await;
+    open_for_all_then_last_is_in(&app, &ev, &fillers, &last).await;
+}
+
+/// Inside the horizon is inside for good: a pause (the rate at 0, the horizon at its floor)
+/// does not stop the records of people already inside, or on resuming the tick would find
+/// theirs older than the abandon bound. Everyone is inside at 5,000/s and polls; at 0/s last
+/// (1,005 numbers from the boundary) is beyond the floor of 1,000; everyone keeps polling
+/// through a pause of twice the abandon bound, and on resuming last, who polls no more, is let
+/// in.
+#[tokio::test]
+async fn a_pause_does_not_stop_the_records_of_the_people_inside() {
+    let app = spawn_app().await;
+    let (ev, fillers, last) = line_of_1011(&app).await;
+    app.update_event(&ev, json!({"admit_per_second": 5000}))
+        .await;
+    until_active(&app, &ev, 5).await;
+    let mut everyone = fillers.clone();
+    everyone.push(last.clone());
+    standings(&app, &ev, &everyone).await;
+    app.update_event(&ev, json!({"admit_per_second": 0})).await;
+    keep_polling(&app, &ev, &everyone, Duration::from_secs(5)).await;
+    open_for_all_then_last_is_in(&app, &ev, &fillers, &last).await;
+}
+
 /// How many polls found their position without a Redis command (the commands-per-poll
 /// histogram's bucket `le="0"`, `global_counter`). The recorder is the process's: nextest runs
 /// each test in a process of its own, and the test below reads it around polls of one instance.
