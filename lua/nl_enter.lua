@@ -76,10 +76,6 @@ local function enter_all()
     if not kind then
       -- A number of this batch: every departure lies below it, so it waits at max(1, n - c).
       out[k] = n
-      if n < edge and record_at(records(n, n), n, n, period) == nil then
-        -- Entered, never polled (as nl_status.lua's 'enter').
-        redis.call('SETRANGE', KEYS[5], 2 * n, cell(false, period))
-      end
     else
       out[k] = -n
       kept[j + 1], kept[j + 2] = kind, value
@@ -90,6 +86,15 @@ end
 local ok, err = pcall(enter_all)
 if top ~= first then
   redis.call('SET', KEYS[6], top, 'KEEPTTL')
+  -- The numbers of this batch, first + 1 to top, near the front: entered, never polled (as
+  -- nl_status.lua's 'enter'), in one write. None had a record (no script records a number
+  -- above the counter), so none is read first; a member twice in the batch holds one of them.
+  -- One command per batch where a GETRANGE and a SETRANGE per enter cost more than the rest of
+  -- the enter (docs/benchmarks.md, "Records of a batch in one write").
+  local last = math.min(top, edge - 1)
+  if last > first then
+    redis.call('SETRANGE', KEYS[5], 2 * (first + 1), string.rep(cell(false, period), last - first))
+  end
 end
 if not ok then
   error(err)

@@ -1346,7 +1346,8 @@ async fn a_batch_that_fails_part_way_leaves_the_counter_at_the_numbers_it_gave()
 /// standing of a number it handed out earlier in the same batch (the counter is written after
 /// its loop), so it recognises one by its number being above the counter. Sent directly, so
 /// both enters are surely in one batch; without that check the second one is taken for a place
-/// that is gone and given a new number at the back.
+/// that is gone and given a new number at the back. The batch's numbers get their entry records
+/// in one write, which reaches no number past them.
 #[tokio::test]
 async fn a_member_twice_in_one_batch_is_answered_the_same_twice() {
     let (app, ev) = numbered_event().await;
@@ -1370,7 +1371,30 @@ async fn a_member_twice_in_one_batch_is_answered_the_same_twice() {
         Some(3),
         "two numbers taken for three enters"
     );
+    // The batch's numbers, near the front, are recorded as entered and never polled (a cell of
+    // two bytes at 2n, its high bit clear), in one write that reaches no number past the
+    // counter.
+    let entered = |cells: &[u8], n: usize| {
+        (1..0x8000).contains(&u16::from_be_bytes([cells[2 * n], cells[2 * n + 1]]))
+    };
+    let cells = record_cells(&app, &ev, 4).await;
+    assert!((1..=3).all(|n| entered(&cells, n)), "{cells:?}");
+    assert_eq!(&cells[8..10], &[0, 0], "4 is not handed out yet: {cells:?}");
     assert_eq!(app.enter_ok(&ev, "after").await["position"], 4);
+    assert!(entered(&record_cells(&app, &ev, 4).await, 4));
+}
+
+/// The last-seen cells of numbers 0..=`last` of `ev` (two bytes each, zeros past the string).
+async fn record_cells(app: &TestApp, ev: &str, last: usize) -> Vec<u8> {
+    let mut cells: Vec<u8> = redis::cmd("GETRANGE")
+        .arg(&app.keys.numbered(ev).seen)
+        .arg(0)
+        .arg(2 * last + 1)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    cells.resize(2 * last + 2, 0);
+    cells
 }
 
 /// A request that outlives its deadline (`WAITROOM_REQUEST_TIMEOUT_SECONDS`) is answered 503
