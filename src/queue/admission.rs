@@ -449,7 +449,7 @@ impl EventAdmission {
                     .arg(super::numbered::numbered_horizon(cfg))
                     .arg(&fence)
                     .arg(op)
-                    .arg(seen_refresh_ms(cfg).max(1))
+                    .arg(cfg.record_period_ms())
                     .arg(&guard)
                     .invoke_async(&mut store.conn())
                     .await;

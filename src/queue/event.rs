@@ -134,6 +134,15 @@ pub struct EventConfig {
     /// over the shards' tags, one `HSETNX` per enter after its number.
     #[serde(default)]
     pub index_in_line: bool,
+    /// The period of a numbered line's last-seen records, ms, fixed when the line is created:
+    /// a quarter of its abandon time then (0 for the sorted sets). A record holds the number of
+    /// the period it was written in, counted from the Unix epoch (lua/numbered_lib.lua), so a
+    /// record read with another period length has a meaningless age: a later change of
+    /// `abandon_after_seconds` changes how often records are rewritten, not this.
+    /// Numbered lines stored before have none (0): theirs is a quarter of their abandon time,
+    /// kept from their first change on.
+    #[serde(default)]
+    pub record_period_ms: u64,
 }
 
 impl EventConfig {
@@ -158,6 +167,24 @@ impl EventConfig {
             );
         }
         v
+    }
+
+    /// The period of a numbered line's last-seen records, ms
+    /// ([`EventConfig::record_period_ms`]; a quarter of the abandon time for a line stored
+    /// without one, as it was written with).
+    pub fn record_period_ms(&self) -> u64 {
+        match self.record_period_ms {
+            0 => (self.abandon_after_seconds.saturating_mul(250)).max(1),
+            ms => ms,
+        }
+    }
+
+    /// How many record periods pass before a poll rewrites a numbered line's record: the
+    /// refresh of the abandon time in force ([`super::seen_refresh_ms`], a quarter of it),
+    /// at least one. More than one once the abandon time was raised after the line was
+    /// created, so records are rewritten as often as that abandon time needs.
+    pub fn record_refresh_periods(&self) -> u64 {
+        (super::seen_refresh_ms(self) / self.record_period_ms()).max(1)
     }
 
     /// The per-ticket seat cap in force (see [`EventConfig::max_seats_per_ticket`]).
@@ -269,6 +296,7 @@ impl EventPatch {
             line_form: LineForm::SortedSets,
             index_buckets: 0,
             index_in_line: false,
+            record_period_ms: 0,
         });
         let line_form = match (base, self.line_form) {
             (Some(b), Some(f)) if f != b.line_form => {
@@ -327,6 +355,15 @@ impl EventPatch {
                 LineForm::Numbered if d.index_buckets > 0 => d.index_buckets,
                 LineForm::Numbered => INDEX_BUCKETS,
                 LineForm::SortedSets => 0,
+            },
+            // Fixed with the line: its records hold period numbers of this length.
+            record_period_ms: match (base, line_form) {
+                (_, LineForm::SortedSets) => 0,
+                (Some(b), LineForm::Numbered) => b.record_period_ms(),
+                (None, LineForm::Numbered) => self
+                    .abandon_after_seconds
+                    .unwrap_or(d.abandon_after_seconds)
+                    .saturating_mul(250),
             },
             // A new numbered line keeps its index in its own slot; an existing one where it is.
             index_in_line: match (base, line_form) {
@@ -485,6 +522,49 @@ impl PartialEq for EventMetrics {
 #[cfg(test)]
 mod switch_tests {
     use super::*;
+
+    #[test]
+    fn a_numbered_lines_record_period_is_fixed_with_the_line() {
+        let numbered = |abandon: Option<u64>| EventPatch {
+            line_form: Some(LineForm::Numbered),
+            abandon_after_seconds: abandon,
+            ..EventPatch::default()
+        };
+        let abandon = |s: u64| EventPatch {
+            abandon_after_seconds: Some(s),
+            ..EventPatch::default()
+        };
+        let cfg = numbered(Some(8)).apply(None).unwrap();
+        assert_eq!(cfg.record_period_ms(), 2_000, "a quarter of 8 s");
+        assert_eq!(cfg.record_refresh_periods(), 1);
+        // Raised: the period stays, a record is rewritten every 7 periods (15 s ÷ 2 s).
+        let raised = abandon(60).apply(Some(&cfg)).unwrap();
+        assert_eq!(raised.record_period_ms(), 2_000);
+        assert_eq!(raised.record_refresh_periods(), 7);
+        // Lowered below it: still the same period, rewritten every period.
+        let lowered = abandon(1).apply(Some(&raised)).unwrap();
+        assert_eq!(
+            (lowered.record_period_ms(), lowered.record_refresh_periods()),
+            (2_000, 1)
+        );
+        // The default abandon time, and a line stored without a period: a quarter of the
+        // abandon time it was written with, fixed at its first change.
+        assert_eq!(
+            numbered(None).apply(None).unwrap().record_period_ms(),
+            15_000
+        );
+        let mut stored = numbered(Some(20)).apply(None).unwrap();
+        stored.record_period_ms = 0;
+        assert_eq!(stored.record_period_ms(), 5_000);
+        assert_eq!(
+            abandon(4).apply(Some(&stored)).unwrap().record_period_ms,
+            5_000
+        );
+        // The sorted sets keep none.
+        let sorted = EventPatch::default().apply(None).unwrap();
+        assert_eq!(sorted.record_period_ms, 0);
+        assert_eq!(abandon(4).apply(Some(&sorted)).unwrap().record_period_ms, 0);
+    }
 
     #[test]
     fn arrivals_before_the_switch_instant_keep_the_previous_order_key() {

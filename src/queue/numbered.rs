@@ -23,7 +23,7 @@ use waitroom_strategies::StrategyKind;
 use super::event::{Event, EventConfig};
 use super::served::{kept, Served, Serving};
 use super::snapshot::LineFigures;
-use super::{horizon, now_ms, seen_refresh_ms, Queue, QueueError, Standing};
+use super::{horizon, now_ms, Queue, QueueError, Standing};
 use crate::ids::Ticket;
 use crate::redis::keys::NumberedKeys;
 use crate::redis::scripts::with_numbered_keys;
@@ -483,7 +483,8 @@ impl Queue {
             .arg(cfg.active_ttl_seconds * 1000)
             .arg(mode.as_str())
             .arg(numbered_horizon(cfg))
-            .arg(seen_refresh_ms(cfg).max(1));
+            .arg(cfg.record_period_ms())
+            .arg(cfg.record_refresh_periods());
         if let Some((_, member)) = by_member {
             call.arg(member);
         }
@@ -603,7 +604,7 @@ impl Queue {
                         member,
                         ttl_ms: cfg.active_ttl_seconds * 1000,
                         horizon: numbered_horizon(cfg),
-                        period_ms: seen_refresh_ms(cfg).max(1),
+                        period_ms: cfg.record_period_ms(),
                     }),
                 )
                 .await?;
@@ -622,7 +623,7 @@ impl Queue {
         // On a replica before it is used: a failover must not hand it out again.
         let n = self.batched(ev, None).await?.n;
         let now = now_ms();
-        let period = now / seen_refresh_ms(cfg).max(1);
+        let period = now / cfg.record_period_ms();
         // A new number far from the front needs no record: its position is arithmetic.
         let entered = Place { n, recorded: 0 };
         let (held, reply) = match self.position_from_figures(ev, entered, period).await {
@@ -714,7 +715,7 @@ impl Queue {
         let cfg = &ev.config;
         let mode = if mode_check { Mode::Check } else { Mode::Poll };
         let now = now_ms();
-        let period = now / seen_refresh_ms(cfg).max(1);
+        let period = now / cfg.record_period_ms();
         let mut known_gone = None;
         if let Some(place) = self.places.get(ticket) {
             if !mode_check {

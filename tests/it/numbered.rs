@@ -733,6 +733,44 @@ async fn open_for_all_then_last_is_in(app: &TestApp, ev: &str, fillers: &[String
     assert_eq!(app.get_event(ev).await["stats"]["active"], 1011);
 }
 
+/// A numbered line's records hold the number of the period they were written in, so the
+/// period stays the one the line was created with when `abandon_after_seconds` changes: read
+/// with another length, a record's age means nothing, and the tick took people who had just
+/// polled for gone. Twenty people poll (periods of 2 s: abandon 8 s); the abandon time falls
+/// to 4 s (a bound of 5 s) and the gate opens with room for all: all twenty are let in.
+#[tokio::test]
+async fn a_changed_abandon_time_keeps_the_records_readable() {
+    let app = spawn_app().await;
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"line_form": "numbered", "shards": 1, "admit_per_second": 0,
+               "active_capacity": 100, "abandon_after_seconds": 8,
+               "active_ttl_seconds": 600}),
+    )
+    .await;
+    let tickets: Vec<String> = enter_by_hundreds(&app, &ev, 20)
+        .await
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect();
+    standings(&app, &ev, &tickets).await;
+    app.update_event(
+        &ev,
+        json!({"abandon_after_seconds": 4, "admit_per_second": 5000}),
+    )
+    .await;
+    eventually(Duration::from_secs(10), "nobody waiting", || async {
+        (app.get_event(&ev).await["stats"]["waiting"] == 0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        app.get_event(&ev).await["stats"]["active"],
+        20,
+        "people who polled just before the change were taken for gone"
+    );
+}
+
 /// A raised rate widens the horizon, and the people it takes in come inside with the raise,
 /// not at the ticks before it: someone who polled as told further back (where nothing is
 /// recorded) is not taken for gone as soon as the tick reaches them. Five are admitted at 50/s
