@@ -675,11 +675,7 @@ async fn line_of_1011(app: &TestApp) -> (String, Vec<String>, String) {
                "active_ttl_seconds": 600}),
     )
     .await;
-    let fillers: Vec<String> = enter_by_hundreds(app, &ev, 1010)
-        .await
-        .into_iter()
-        .map(|(_, t)| t)
-        .collect();
+    let fillers = tickets_entered(app, &ev, 1010).await;
     let last = app.enter_ok(&ev, "last").await;
     assert_eq!(last["position"], 1011);
     (ev, fillers, ticket_of(&last).await)
@@ -749,11 +745,7 @@ async fn a_changed_abandon_time_keeps_the_records_readable() {
                "active_ttl_seconds": 600}),
     )
     .await;
-    let tickets: Vec<String> = enter_by_hundreds(&app, &ev, 20)
-        .await
-        .into_iter()
-        .map(|(_, t)| t)
-        .collect();
+    let tickets = tickets_entered(&app, &ev, 20).await;
     standings(&app, &ev, &tickets).await;
     app.update_event(
         &ev,
@@ -1005,6 +997,12 @@ async fn enter_by_hundreds(app: &TestApp, ev: &str, count: usize) -> Vec<(u64, S
         }
     }
     entered
+}
+
+/// The tickets of users `u0`..`u<count>`, entered as [`enter_by_hundreds`] enters them.
+async fn tickets_entered(app: &TestApp, ev: &str, count: usize) -> Vec<String> {
+    let entered = enter_by_hundreds(app, ev, count).await;
+    entered.into_iter().map(|(_, t)| t).collect()
 }
 
 /// An instance on the keys under `prefix` that keeps a line's figures for `ms` (0: none, a
