@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::common::{eventually, member, members, spawn_app, unique, TestApp};
+use crate::common::{eventually, in_form, member, members, spawn_app, unique, TestApp};
 
 /// Enters `n` users one after another; returns their tickets in arrival order.
 async fn enter_in_order(app: &crate::common::TestApp, ev: &str, n: usize) -> Vec<String> {
@@ -19,11 +19,23 @@ async fn enter_in_order(app: &crate::common::TestApp, ev: &str, n: usize) -> Vec
 
 #[tokio::test]
 async fn admission_respects_capacity_and_rate_and_admits_in_arrival_order() {
+    admission_respects_capacity_and_rate_and_admits_in_arrival_order_in("sorted_sets").await;
+}
+
+#[tokio::test]
+async fn on_a_numbered_line_admission_respects_capacity_and_rate_and_admits_in_arrival_order() {
+    admission_respects_capacity_and_rate_and_admits_in_arrival_order_in("numbered").await;
+}
+
+async fn admission_respects_capacity_and_rate_and_admits_in_arrival_order_in(form: &str) {
     let app = spawn_app().await;
     let ev = unique("e");
     app.create_event(
         &ev,
-        json!({"shards": 4, "admit_per_second": 0, "active_capacity": 30}),
+        in_form(
+            form,
+            json!({"shards": 4, "admit_per_second": 0, "active_capacity": 30}),
+        ),
     )
     .await;
     let tickets = enter_in_order(&app, &ev, 60).await;
@@ -94,11 +106,23 @@ async fn admission_respects_capacity_and_rate_and_admits_in_arrival_order() {
 
 #[tokio::test]
 async fn a_slot_freed_by_leave_goes_to_the_next_in_line() {
+    a_slot_freed_by_leave_goes_to_the_next_in_line_in("sorted_sets").await;
+}
+
+#[tokio::test]
+async fn on_a_numbered_line_a_slot_freed_by_leave_goes_to_the_next_in_line() {
+    a_slot_freed_by_leave_goes_to_the_next_in_line_in("numbered").await;
+}
+
+async fn a_slot_freed_by_leave_goes_to_the_next_in_line_in(form: &str) {
     let app = spawn_app().await;
     let ev = unique("e");
     app.create_event(
         &ev,
-        json!({"shards": 2, "admit_per_second": 100, "active_capacity": 2}),
+        in_form(
+            form,
+            json!({"shards": 2, "admit_per_second": 100, "active_capacity": 2}),
+        ),
     )
     .await;
     let tickets = enter_in_order(&app, &ev, 4).await;
@@ -185,10 +209,22 @@ async fn slots_freed_by_session_expiry_go_to_the_next_in_line() {
 
 #[tokio::test]
 async fn a_paused_event_admits_nobody_until_reopened() {
+    a_paused_event_admits_nobody_until_reopened_in("sorted_sets").await;
+}
+
+#[tokio::test]
+async fn on_a_numbered_line_a_paused_event_admits_nobody_until_reopened() {
+    a_paused_event_admits_nobody_until_reopened_in("numbered").await;
+}
+
+async fn a_paused_event_admits_nobody_until_reopened_in(form: &str) {
     let app = spawn_app().await;
     let ev = unique("e");
-    app.create_event(&ev, json!({"shards": 2, "admit_per_second": 0}))
-        .await;
+    app.create_event(
+        &ev,
+        in_form(form, json!({"shards": 2, "admit_per_second": 0})),
+    )
+    .await;
     let tickets = enter_in_order(&app, &ev, 5).await;
     app.update_event(&ev, json!({"state": "paused", "admit_per_second": 1000}))
         .await;

@@ -8,7 +8,10 @@ use redis::AsyncCommands as _;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::common::{active_tickets, eventually, free_port, test_config, unique, ADMIN_TOKEN};
+use crate::common::{
+    active_tickets, eventually, free_port, in_form, numbered_active, test_config, unique,
+    ADMIN_TOKEN,
+};
 
 struct Instance {
     child: Option<Child>,
@@ -64,6 +67,17 @@ async fn stats(http: &reqwest::Client, base: &str, ev: &str) -> Option<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_admitting_instance_hands_admission_to_the_other_without_double_admission() {
+    hand_over("sorted_sets").await;
+}
+
+/// The same on a numbered line: its tick moves a boundary, fenced by the lease as the sorted
+/// sets' moves are, and the survivor takes it from where the dead leader left it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_numbered_line_killing_the_admitting_instance_hands_admission_to_the_other() {
+    hand_over("numbered").await;
+}
+
+async fn hand_over(form: &str) {
     let prefix = unique("t");
     let (a, b) = (start(&prefix, "inst-a"), start(&prefix, "inst-b"));
     let mut instances = vec![a, b];
@@ -89,7 +103,10 @@ async fn killing_the_admitting_instance_hands_admission_to_the_other_without_dou
     let r = http
         .put(format!("{}/admin/v1/events/{ev}", instances[0].base))
         .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"shards": 4, "admit_per_second": 0, "active_capacity": 10000}))
+        .json(&in_form(
+            form,
+            json!({"shards": 4, "admit_per_second": 0, "active_capacity": 10000}),
+        ))
         .send()
         .await
         .unwrap();
@@ -156,18 +173,26 @@ async fn killing_the_admitting_instance_hands_admission_to_the_other_without_dou
     };
     let redis = waitroom::redis::connect(&cfg.redis).await.unwrap();
     let keys = waitroom::redis::keys::Keys::new(prefix.clone());
-    let tags: Vec<String> = serde_json::from_value(
-        http.get(format!("{base}/admin/v1/events/{ev}"))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json::<Value>()
-            .await
-            .unwrap()["config"]["shard_tags"]
-            .clone(),
-    )
-    .unwrap();
+    let config = http
+        .get(format!("{base}/admin/v1/events/{ev}"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap()["config"]
+        .clone();
+    if form == "numbered" {
+        // One boundary over the line: 300 distinct people between the first live session and
+        // it, none departed.
+        assert_eq!(
+            numbered_active(&redis, &keys, &ev, &config).await.len(),
+            300
+        );
+        return;
+    }
+    let tags: Vec<String> = serde_json::from_value(config["shard_tags"].clone()).unwrap();
     let active = active_tickets(&redis, &keys, &tags).await;
     assert_eq!(active.len(), 300);
     let mut counted = 0u64;

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::common::{
-    assert_error, assert_error_body, eventually, members, spawn_app_with, unique, TestApp,
+    assert_error, assert_error_body, eventually, in_form, members, spawn_app_with, unique, TestApp,
 };
 
 /// A service with the production limits on (the harness turns them off by default).
@@ -203,12 +203,28 @@ async fn stats(app: &TestApp, ev: &str) -> Value {
 
 #[tokio::test]
 async fn a_bot_crowd_that_never_polls_is_never_admitted_and_does_not_stop_abandonment() {
+    a_bot_crowd_that_never_polls_is_never_admitted_and_does_not_stop_abandonment_in("sorted_sets")
+        .await;
+}
+
+#[tokio::test]
+async fn on_a_numbered_line_a_bot_crowd_that_never_polls_is_never_admitted() {
+    a_bot_crowd_that_never_polls_is_never_admitted_and_does_not_stop_abandonment_in("numbered")
+        .await;
+}
+
+async fn a_bot_crowd_that_never_polls_is_never_admitted_and_does_not_stop_abandonment_in(
+    form: &str,
+) {
     let app = spawn_app_with(|_| {}).await;
     let ev = unique("e");
     // One shard, so the whole crowd is in the shard the guard looks at; admission held back.
     app.create_event(
         &ev,
-        json!({"shards": 1, "admit_per_second": 0, "abandon_after_seconds": 1, "active_capacity": 1000}),
+        in_form(
+            form,
+            json!({"shards": 1, "admit_per_second": 0, "abandon_after_seconds": 1, "active_capacity": 1000}),
+        ),
     )
     .await;
     // 300 bots enter and never poll: far more than the 100 a shard needs for the guard.
@@ -278,11 +294,23 @@ async fn a_bot_crowd_that_never_polls_is_never_admitted_and_does_not_stop_abando
 
 #[tokio::test]
 async fn a_crowd_that_polled_once_keeps_its_places_only_for_the_guards_grace() {
+    a_crowd_that_polled_once_keeps_its_places_only_for_the_guards_grace_in("sorted_sets").await;
+}
+
+#[tokio::test]
+async fn on_a_numbered_line_a_crowd_that_polled_once_keeps_its_places_only_for_the_guards_grace() {
+    a_crowd_that_polled_once_keeps_its_places_only_for_the_guards_grace_in("numbered").await;
+}
+
+async fn a_crowd_that_polled_once_keeps_its_places_only_for_the_guards_grace_in(form: &str) {
     let app = spawn_app_with(|_| {}).await;
     let ev = unique("e");
     app.create_event(
         &ev,
-        json!({"shards": 1, "admit_per_second": 0, "abandon_after_seconds": 1, "active_capacity": 1000}),
+        in_form(
+            form,
+            json!({"shards": 1, "admit_per_second": 0, "abandon_after_seconds": 1, "active_capacity": 1000}),
+        ),
     )
     .await;
     // 150 enter and poll once, then stop: the guard sees most who polled go quiet.
@@ -440,10 +468,19 @@ async fn one_ticket_cannot_hoard_a_show() {
 
 #[tokio::test]
 async fn a_hold_ends_with_the_session_that_made_it() {
+    a_hold_ends_with_the_session_that_made_it_in("sorted_sets").await;
+}
+
+#[tokio::test]
+async fn on_a_numbered_line_a_hold_ends_with_the_session_that_made_it() {
+    a_hold_ends_with_the_session_that_made_it_in("numbered").await;
+}
+
+async fn a_hold_ends_with_the_session_that_made_it_in(form: &str) {
     let app = spawn_app_with(|_| {}).await;
     let (ev, show) = sale(
         &app,
-        json!({"active_ttl_seconds": 2, "hold_ttl_seconds": 300}),
+        json!({"active_ttl_seconds": 2, "hold_ttl_seconds": 300, "line_form": form}),
     )
     .await;
     let token = app.admitted(&ev, "short-session").await;

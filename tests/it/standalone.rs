@@ -5,17 +5,29 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::common::procs::RedisProcs;
-use crate::common::{eventually, members, spawn_app_with, unique};
+use crate::common::{eventually, in_form, members, spawn_app_with, unique};
 
 #[tokio::test]
 async fn the_waiting_room_runs_unchanged_on_one_non_cluster_redis() {
-    let _redis = RedisProcs::standalone(7300);
-    let app = spawn_app_with(|c| c.redis.nodes = vec!["redis://127.0.0.1:7300".into()]).await;
+    runs_on_one_non_cluster_redis("sorted_sets", 7300).await;
+}
+
+#[tokio::test]
+async fn a_numbered_line_runs_unchanged_on_one_non_cluster_redis() {
+    runs_on_one_non_cluster_redis("numbered", 7302).await;
+}
+
+async fn runs_on_one_non_cluster_redis(form: &str, port: u16) {
+    let _redis = RedisProcs::standalone(port);
+    let app = spawn_app_with(|c| c.redis.nodes = vec![format!("redis://127.0.0.1:{port}")]).await;
     assert!(!app.redis.is_cluster(), "cluster mode detected as off");
     let ev = unique("e");
     app.create_event(
         &ev,
-        json!({"shards": 4, "admit_per_second": 0, "active_capacity": 5}),
+        in_form(
+            form,
+            json!({"shards": 4, "admit_per_second": 0, "active_capacity": 5}),
+        ),
     )
     .await;
     assert_eq!(
