@@ -1478,3 +1478,98 @@ async fn a_request_past_its_deadline_is_a_503_with_the_contract_body_at_the_dead
         "the deadline's 503 is not counted under its route"
     );
 }
+
+/// `lua/nl_tick.lua` sent directly: at most `budget` let in at `now`, with the lease's `fence`
+/// and the operation id `op`, abandonment judged against 0 (nobody is taken for gone), the
+/// default event's sessions, horizon and record period. Its reply: admitted, abandoned, active
+/// after, waiting after, status (0 done, 1 fenced, 2 already ran), the guard, the boundary.
+async fn tick_script(
+    app: &TestApp,
+    ev: &str,
+    budget: u64,
+    now: u64,
+    fence: u64,
+    op: &str,
+) -> Vec<i64> {
+    let keys = app.keys.numbered(ev);
+    let script = waitroom::redis::scripts::Scripts::new().nl_tick;
+    let mut invocation = script.prepare_invoke();
+    for key in keys.all() {
+        invocation.key(key);
+    }
+    invocation
+        .arg(budget)
+        .arg(1_000)
+        .arg(now)
+        .arg(600_000)
+        .arg(0)
+        .arg(0)
+        .arg(0)
+        .arg(1_000)
+        .arg(fence)
+        .arg(op)
+        .arg(15_000)
+        .arg("");
+    invocation
+        .invoke_async(&mut app.redis.clone())
+        .await
+        .unwrap()
+}
+
+/// A numbered tick fenced by its lease's end, or sent again with the same operation id (a
+/// retry after a lost reply), moves the boundary no further: a tick that outlived its lease
+/// lets nobody in (another instance may lead by then), and a retried one lets in nobody more.
+/// The sorted sets' `admit.lua` is checked the same way in
+/// `admission::a_move_past_its_lease_or_run_twice_admits_nobody_more`.
+#[tokio::test]
+async fn a_numbered_tick_past_its_lease_or_run_twice_lets_nobody_more_in() {
+    let app = spawn_app().await;
+    let ev = new_numbered_event(&app).await;
+    let mut entered = enter_by_hundreds(&app, &ev, 10).await;
+    entered.sort();
+    let tickets: Vec<String> = entered.into_iter().map(|(_, t)| t).collect();
+    let now = waitroom::queue::now_ms();
+    let boundary = |app: &TestApp| {
+        let (mut conn, line) = (app.redis.clone(), app.keys.numbered(&ev).line);
+        async move {
+            redis::AsyncCommands::hget::<_, _, Option<u64>>(&mut conn, line, "b")
+                .await
+                .unwrap()
+        }
+    };
+    let before = boundary(&app).await;
+    // Fenced: the lease ran out a second ago by the node's own clock.
+    let late = tick_script(&app, &ev, 3, now, now - 1_000, "op-1").await;
+    assert_eq!(
+        (late[0], late[4]),
+        (0, 1),
+        "fenced: nobody let in ({late:?})"
+    );
+    assert_eq!(
+        boundary(&app).await,
+        before,
+        "a fenced tick moved the boundary"
+    );
+    assert_eq!(app.poll_ok(&ev, &tickets[0]).await["position"], 1);
+    // Within the fence: three let in; the same operation again lets in nobody more.
+    let fence = now + 60_000;
+    let first = tick_script(&app, &ev, 3, now, fence, "op-2").await;
+    assert_eq!((first[0], first[4]), (3, 0), "three let in ({first:?})");
+    let moved = boundary(&app).await;
+    let again = tick_script(&app, &ev, 3, now, fence, "op-2").await;
+    assert_eq!((again[0], again[4]), (0, 2), "already ran ({again:?})");
+    assert_eq!(
+        boundary(&app).await,
+        moved,
+        "a retried tick moved the boundary"
+    );
+    assert_eq!(
+        app.active_tickets(&ev).await,
+        crate::common::members(&tickets[..3])
+    );
+    assert_eq!(app.poll_ok(&ev, &tickets[3]).await["position"], 1);
+    // Another operation goes on from there.
+    let next = tick_script(&app, &ev, 3, now, fence, "op-3").await;
+    assert_eq!((next[0], next[4]), (3, 0), "the next operation ({next:?})");
+    assert_eq!(app.poll_ok(&ev, &tickets[6]).await["position"], 1);
+}
