@@ -1064,7 +1064,7 @@ async fn a_read_of_the_figures_receives_only_the_blocks_that_changed() {
 
 /// Where a member's index entry is, for an event whose stored configuration is `cfg`: in the
 /// event's slot, or (`index_in_line` absent or false) in the tag of shard `bucket mod shards`.
-fn index_key_of(app: &TestApp, ev: &str, cfg: &Value, ticket: &str) -> String {
+pub(crate) fn index_key_of(app: &TestApp, ev: &str, cfg: &Value, ticket: &str) -> String {
     let member = waitroom::ids::Ticket::parse(ticket)
         .unwrap()
         .to_short_member();

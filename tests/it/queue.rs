@@ -8,15 +8,29 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 use waitroom::redis::keys::slot;
 
-use crate::common::{spawn_app, unique};
+use crate::common::{in_form, member, spawn_app, unique};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn five_thousand_concurrent_enters_get_positions_one_to_w_in_arrival_order() {
+    five_thousand_concurrent_enters("sorted_sets").await;
+}
+
+/// The same surge on a numbered line, where the enters of an instance go in batches, one
+/// script each: places 1..W, and in the order of the numbers the index holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_a_numbered_line_five_thousand_concurrent_enters_get_positions_one_to_w_in_order() {
+    five_thousand_concurrent_enters("numbered").await;
+}
+
+async fn five_thousand_concurrent_enters(form: &str) {
     // Arrange: 8 shards, admission held back.
     let app = Arc::new(spawn_app().await);
     let ev = unique("e");
-    app.create_event(&ev, json!({"shards": 8, "admit_per_second": 0}))
-        .await;
+    app.create_event(
+        &ev,
+        in_form(form, json!({"shards": 8, "admit_per_second": 0})),
+    )
+    .await;
 
     // Act: 5,000 concurrent enters, then 100 sequential ones.
     let gate = Arc::new(Semaphore::new(200));
@@ -79,6 +93,22 @@ async fn five_thousand_concurrent_enters_get_positions_one_to_w_in_arrival_order
         assert_eq!(position[t], 5001 + i as u64);
     }
 
+    if form == "numbered" {
+        // Position order is number order: sorted by the number each index entry holds, the
+        // positions read 1, 2, 3, ...
+        let cfg = app.get_event(&ev).await["config"].clone();
+        let mut read = redis::pipe();
+        for t in &all {
+            read.hget(crate::numbered::index_key_of(&app, &ev, &cfg, t), member(t));
+        }
+        let numbers: Vec<u64> = read.query_async(&mut app.redis.clone()).await.unwrap();
+        let mut by_number: Vec<(u64, &String)> = numbers.into_iter().zip(&all).collect();
+        by_number.sort();
+        for (i, (n, t)) in by_number.iter().enumerate() {
+            assert_eq!(position[*t], i as u64 + 1, "ticket {t}, number {n}");
+        }
+        return;
+    }
     // Position order is arrival order: sorted by stored score (then shard, member), the
     // positions read 1, 2, 3, ...
     let exact = crate::strategies::exact_positions(&app, &ev).await;
