@@ -288,7 +288,7 @@ impl Queue {
         }
         if ev.config.line_form == LineForm::Numbered {
             let standing = self
-                .repairing(event, &ev.config, || self.enter_numbered(ev, &ticket))
+                .repairing_numbered(event, ev, &ticket, || self.enter_numbered(ev, &ticket))
                 .await?;
             return Ok(self.view(event, ev, ticket, standing));
         }
@@ -331,8 +331,10 @@ impl Queue {
         ev.metrics.polls.increment(1);
         let standing = match ev.config.line_form {
             LineForm::Numbered => {
-                self.repairing(event, &ev.config, || self.poll_numbered(&ev, ticket, false))
-                    .await?
+                self.repairing_numbered(event, &ev, ticket, || {
+                    self.poll_numbered(&ev, ticket, false)
+                })
+                .await?
             }
             LineForm::SortedSets => {
                 self.repairing(event, &ev.config, || self.locate(&ev, ticket, None, true))
@@ -378,9 +380,43 @@ impl Queue {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, QueueError>>,
     {
+        self.repairing_with(event, cfg, None, op).await
+    }
+
+    /// [`Queue::repairing`] for a request on a numbered line about `ticket`: the index bucket
+    /// that holds (or is to hold) its number is checked too. The index is 16,384 keys, too many
+    /// to check at every repair; a bad bucket fails exactly the requests of the members it
+    /// indexes (and the batches of enters they are in), so those requests repair it.
+    async fn repairing_numbered<T, F, Fut>(
+        &self,
+        event: &EventId,
+        ev: &Event,
+        ticket: &Ticket,
+        op: F,
+    ) -> Result<T, QueueError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, QueueError>>,
+    {
+        let index = self.index_of(ev, ticket);
+        self.repairing_with(event, &ev.config, Some(index), op)
+            .await
+    }
+
+    async fn repairing_with<T, F, Fut>(
+        &self,
+        event: &EventId,
+        cfg: &EventConfig,
+        index: Option<String>,
+        op: F,
+    ) -> Result<T, QueueError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, QueueError>>,
+    {
         match op().await {
             Err(QueueError::WrongType) => {
-                self.repair(event, cfg).await?;
+                self.repair_keys(event, cfg, index).await?;
                 op().await
             }
             other => other,
@@ -846,7 +882,7 @@ impl Queue {
         let cfg = &ev.config;
         if cfg.line_form == LineForm::Numbered {
             return match self
-                .repairing(event, cfg, || self.poll_numbered(&ev, ticket, true))
+                .repairing_numbered(event, &ev, ticket, || self.poll_numbered(&ev, ticket, true))
                 .await
             {
                 Ok(standing) => Ok(matches!(standing, Standing::Admitted { .. })),
@@ -879,7 +915,7 @@ impl Queue {
         let ev = self.events.get(&mut conn, event).await?;
         if ev.config.line_form == LineForm::Numbered {
             return self
-                .repairing(event, &ev.config, || self.leave_numbered(&ev, ticket))
+                .repairing_numbered(event, &ev, ticket, || self.leave_numbered(&ev, ticket))
                 .await;
         }
         let member = ev.config.member(ticket);
@@ -1125,7 +1161,18 @@ impl Queue {
     /// request works on a fresh key instead of failing forever. The bad value is kept under
     /// `<key>:wrongtype:<ms>` for an operator to look at.
     pub async fn repair(&self, event: &EventId, cfg: &EventConfig) -> Result<(), QueueError> {
+        self.repair_keys(event, cfg, None).await
+    }
+
+    /// [`Queue::repair`], and the numbered line's index bucket `index` (a hash) when given.
+    async fn repair_keys(
+        &self,
+        event: &EventId,
+        cfg: &EventConfig,
+        index: Option<String>,
+    ) -> Result<(), QueueError> {
         let mut expected: Vec<(String, &str)> = Vec::new();
+        expected.extend(index.map(|k| (k, "hash")));
         for i in 0..cfg.shards as usize {
             let k = self.shard_keys(cfg, i);
             expected.extend([

@@ -421,6 +421,11 @@ impl Mode {
 }
 
 impl Queue {
+    /// The index bucket of `ticket`'s member (see [`Queue::index_key`]).
+    pub(super) fn index_of(&self, ev: &Event, ticket: &Ticket) -> String {
+        self.index_key(ev, &ev.config.member(ticket))
+    }
+
     /// The index bucket of a member: CRC16 of the member mod the event's buckets, in the
     /// event's slot (`index_in_line`), or, for a line created before, in the tag of shard
     /// `bucket mod shards`, so the index spreads over the primaries as the shards do.

@@ -374,6 +374,65 @@ async fn a_queue_key_of_the_wrong_type_is_moved_aside_and_the_line_keeps_working
     assert_eq!(kept, "not a sorted set");
 }
 
+/// The same on a numbered line, for its own keys and for an index bucket: a bucket holding a
+/// string fails every enter and poll of the members it indexes (and every batch of enters one
+/// of them is in) until it is moved aside. Bob's entry was in the overwritten bucket, so an
+/// instance that does not remember his number knows his ticket no more (404, not a 503 that
+/// never ends), and he can enter again.
+#[tokio::test]
+async fn a_numbered_line_key_of_the_wrong_type_is_moved_aside_and_the_line_keeps_working() {
+    let prefix = unique("t");
+    let app = spawn_app_with(|c| c.redis.key_prefix = prefix.clone()).await;
+    // A second instance on the same keys, which remembers no number.
+    let other = spawn_app_with(|c| c.redis.key_prefix = prefix.clone()).await;
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"line_form": "numbered", "shards": 1, "admit_per_second": 0}),
+    )
+    .await;
+    let alice = app.enter_ok(&ev, "alice").await["ticket"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let bob = app.enter_ok(&ev, "bob").await["ticket"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let cfg = app.get_event(&ev).await["config"].clone();
+    let bucket = crate::numbered::index_key_of(&app, &ev, &cfg, &bob);
+    let ticks = app.keys.numbered(&ev).ticks;
+    for key in [&bucket, &ticks] {
+        let () = app.redis.clone().del(key).await.unwrap();
+        let () = app.redis.clone().set(key, "not mine").await.unwrap();
+    }
+    assert_eq!(other.poll_ok(&ev, &alice).await["position"], 1);
+    assert_error(
+        other.poll(&ev, &bob).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+    let again = app.enter_ok(&ev, "bob").await;
+    assert_eq!(again["status"], "waiting");
+    for (key, want) in [(&bucket, "hash"), (&ticks, "none")] {
+        let kind: String = redis::cmd("TYPE")
+            .arg(key)
+            .query_async(&mut app.redis.clone())
+            .await
+            .unwrap();
+        assert_eq!(kind, want, "{key}");
+        let aside: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{key}:wrongtype:*"))
+            .query_async(&mut app.redis.clone())
+            .await
+            .unwrap();
+        assert_eq!(aside.len(), 1, "{key}: {aside:?}");
+        let kept: String = app.redis.clone().get(&aside[0]).await.unwrap();
+        assert_eq!(kept, "not mine");
+    }
+}
+
 #[tokio::test]
 async fn random_garbage_never_gets_a_500() {
     let app = spawn_app().await;
