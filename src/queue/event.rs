@@ -174,7 +174,7 @@ impl EventConfig {
     /// without one, as it was written with).
     pub fn record_period_ms(&self) -> u64 {
         match self.record_period_ms {
-            0 => (self.abandon_after_seconds.saturating_mul(250)).max(1),
+            0 => super::quarter_ms(self.abandon_after_seconds).max(1),
             ms => ms,
         }
     }
@@ -360,10 +360,10 @@ impl EventPatch {
             record_period_ms: match (base, line_form) {
                 (_, LineForm::SortedSets) => 0,
                 (Some(b), LineForm::Numbered) => b.record_period_ms(),
-                (None, LineForm::Numbered) => self
-                    .abandon_after_seconds
-                    .unwrap_or(d.abandon_after_seconds)
-                    .saturating_mul(250),
+                (None, LineForm::Numbered) => super::quarter_ms(
+                    self.abandon_after_seconds
+                        .unwrap_or(d.abandon_after_seconds),
+                ),
             },
             // A new numbered line keeps its index in its own slot; an existing one where it is.
             index_in_line: match (base, line_form) {

@@ -380,13 +380,14 @@ impl Queue {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, QueueError>>,
     {
-        self.repairing_with(event, cfg, None, op).await
+        self.repairing_with(event, cfg, || None, op).await
     }
 
     /// [`Queue::repairing`] for a request on a numbered line about `ticket`: the index bucket
     /// that holds (or is to hold) its number is checked too. The index is 16,384 keys, too many
     /// to check at every repair; a bad bucket fails exactly the requests of the members it
-    /// indexes (and the batches of enters they are in), so those requests repair it.
+    /// indexes (and the batches of enters they are in), so those requests repair it. The
+    /// bucket's name is worked out only for a repair, not for every request.
     async fn repairing_numbered<T, F, Fut>(
         &self,
         event: &EventId,
@@ -398,16 +399,16 @@ impl Queue {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, QueueError>>,
     {
-        let index = self.index_of(ev, ticket);
-        self.repairing_with(event, &ev.config, Some(index), op)
+        self.repairing_with(event, &ev.config, || Some(self.index_of(ev, ticket)), op)
             .await
     }
 
+    /// [`Queue::repairing`], the repair also checking the hash `index()` names, if any.
     async fn repairing_with<T, F, Fut>(
         &self,
         event: &EventId,
         cfg: &EventConfig,
-        index: Option<String>,
+        index: impl FnOnce() -> Option<String>,
         op: F,
     ) -> Result<T, QueueError>
     where
@@ -416,7 +417,7 @@ impl Queue {
     {
         match op().await {
             Err(QueueError::WrongType) => {
-                self.repair_keys(event, cfg, index).await?;
+                self.repair_keys(event, cfg, index()).await?;
                 op().await
             }
             other => other,
@@ -1451,7 +1452,14 @@ pub fn now_us() -> u64 {
 /// quarter of the event's abandon time. The admission's abandon bounds are pushed back by as much
 /// (`admission::abandon_bound`), so a skipped write never makes anyone look gone.
 pub fn seen_refresh_ms(cfg: &EventConfig) -> u64 {
-    cfg.abandon_after_seconds * 1000 / 4
+    quarter_ms(cfg.abandon_after_seconds)
+}
+
+/// A quarter of `seconds`, in ms: the refresh of a last-seen record for an abandon time of
+/// `seconds` ([`seen_refresh_ms`]), and so the record period a numbered line is created with
+/// (`EventConfig::record_period_ms`).
+pub fn quarter_ms(seconds: u64) -> u64 {
+    seconds.saturating_mul(250)
 }
 
 /// The horizon never holds fewer than this many people per shard.
