@@ -235,8 +235,23 @@ async fn a_lapsed_hold_frees_its_seats_and_cannot_be_booked() {
 
 #[tokio::test]
 async fn the_same_booking_request_twice_gives_one_booking_and_it_becomes_confirmed() {
+    the_same_booking_request_twice_gives_one_booking_and_it_becomes_confirmed_in("sorted_sets")
+        .await;
+}
+
+#[tokio::test]
+async fn on_a_numbered_line_the_same_booking_request_twice_gives_one_booking() {
+    the_same_booking_request_twice_gives_one_booking_and_it_becomes_confirmed_in("numbered").await;
+}
+
+async fn the_same_booking_request_twice_gives_one_booking_and_it_becomes_confirmed_in(form: &str) {
     let app = spawn_app().await;
-    let (ev, show) = sale(&app, json!({"seats": ["A-1", "A-2"]}), json!({})).await;
+    let (ev, show) = sale(
+        &app,
+        json!({"seats": ["A-1", "A-2"]}),
+        json!({"line_form": form}),
+    )
+    .await;
     let token = admitted(&app, &ev, "alice").await;
     let h: Value = hold(&app, &show, &token, json!({"seats": ["A-1", "A-2"]}))
         .await
@@ -275,11 +290,28 @@ async fn the_same_booking_request_twice_gives_one_booking_and_it_becomes_confirm
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_thousand_buyers_for_a_hundred_seats_sell_each_seat_once_and_every_201_is_confirmed() {
+    two_thousand_buyers_for_a_hundred_seats_sell_each_seat_once_and_every_201_is_confirmed_in(
+        "sorted_sets",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_a_numbered_line_two_thousand_buyers_for_a_hundred_seats_sell_each_seat_once() {
+    two_thousand_buyers_for_a_hundred_seats_sell_each_seat_once_and_every_201_is_confirmed_in(
+        "numbered",
+    )
+    .await;
+}
+
+async fn two_thousand_buyers_for_a_hundred_seats_sell_each_seat_once_and_every_201_is_confirmed_in(
+    form: &str,
+) {
     let app = Arc::new(spawn_app().await);
     let (ev, show) = sale(
         &app,
         json!({"rows": "A-E", "seats_per_row": 20}),
-        json!({"max_seats_per_hold": 4, "active_capacity": 5000}),
+        json!({"max_seats_per_hold": 4, "active_capacity": 5000, "line_form": form}),
     )
     .await;
     let all_seats: Vec<String> = ('A'..='E')
@@ -508,11 +540,26 @@ async fn general_admission_holds_a_quantity_and_never_sells_more_than_it_has() {
 
 #[tokio::test]
 async fn when_everything_is_taken_the_line_says_sold_out_and_reopens_when_seats_come_back() {
+    when_everything_is_taken_the_line_says_sold_out_and_reopens_when_seats_come_back_in(
+        "sorted_sets",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn on_a_numbered_line_when_everything_is_taken_the_line_says_sold_out_and_reopens() {
+    when_everything_is_taken_the_line_says_sold_out_and_reopens_when_seats_come_back_in("numbered")
+        .await;
+}
+
+async fn when_everything_is_taken_the_line_says_sold_out_and_reopens_when_seats_come_back_in(
+    form: &str,
+) {
     let app = spawn_app().await;
     let (ev, show) = sale(
         &app,
         json!({"seats": ["A-1", "A-2"]}),
-        json!({"max_seats_per_hold": 2}),
+        json!({"max_seats_per_hold": 2, "line_form": form}),
     )
     .await;
     let alice = admitted(&app, &ev, "alice").await;
