@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+use crate::common::on_both_forms;
 use crate::common::{eventually, in_form, member, members, spawn_app, unique, TestApp};
 
 /// Enters `n` users one after another; returns their tickets in arrival order.
@@ -17,15 +18,12 @@ async fn enter_in_order(app: &crate::common::TestApp, ev: &str, n: usize) -> Vec
     tickets
 }
 
-#[tokio::test]
-async fn admission_respects_capacity_and_rate_and_admits_in_arrival_order() {
-    admission_respects_capacity_and_rate_and_admits_in_arrival_order_in("sorted_sets").await;
-}
-
-#[tokio::test]
-async fn on_a_numbered_line_admission_respects_capacity_and_rate_and_admits_in_arrival_order() {
-    admission_respects_capacity_and_rate_and_admits_in_arrival_order_in("numbered").await;
-}
+on_both_forms!(
+    tokio::test,
+    admission_respects_capacity_and_rate_and_admits_in_arrival_order_in:
+    admission_respects_capacity_and_rate_and_admits_in_arrival_order,
+    on_a_numbered_line_admission_respects_capacity_and_rate_and_admits_in_arrival_order
+);
 
 async fn admission_respects_capacity_and_rate_and_admits_in_arrival_order_in(form: &str) {
     let app = spawn_app().await;
@@ -104,15 +102,12 @@ async fn admission_respects_capacity_and_rate_and_admits_in_arrival_order_in(for
     assert_eq!(stats["admitted_total"], 30);
 }
 
-#[tokio::test]
-async fn a_slot_freed_by_leave_goes_to_the_next_in_line() {
-    a_slot_freed_by_leave_goes_to_the_next_in_line_in("sorted_sets").await;
-}
-
-#[tokio::test]
-async fn on_a_numbered_line_a_slot_freed_by_leave_goes_to_the_next_in_line() {
-    a_slot_freed_by_leave_goes_to_the_next_in_line_in("numbered").await;
-}
+on_both_forms!(
+    tokio::test,
+    a_slot_freed_by_leave_goes_to_the_next_in_line_in:
+    a_slot_freed_by_leave_goes_to_the_next_in_line,
+    on_a_numbered_line_a_slot_freed_by_leave_goes_to_the_next_in_line
+);
 
 async fn a_slot_freed_by_leave_goes_to_the_next_in_line_in(form: &str) {
     let app = spawn_app().await;
@@ -151,15 +146,12 @@ async fn a_slot_freed_by_leave_goes_to_the_next_in_line_in(form: &str) {
     );
 }
 
-#[tokio::test]
-async fn slots_freed_by_session_expiry_go_to_the_next_in_line() {
-    slots_freed_by_session_expiry_in("sorted_sets").await;
-}
-
-#[tokio::test]
-async fn on_a_numbered_line_slots_freed_by_session_expiry_go_to_the_next_in_line() {
-    slots_freed_by_session_expiry_in("numbered").await;
-}
+on_both_forms!(
+    tokio::test,
+    slots_freed_by_session_expiry_in:
+    slots_freed_by_session_expiry_go_to_the_next_in_line,
+    on_a_numbered_line_slots_freed_by_session_expiry_go_to_the_next_in_line
+);
 
 async fn slots_freed_by_session_expiry_in(form: &str) {
     let app = spawn_app().await;
@@ -224,15 +216,12 @@ async fn slots_freed_by_session_expiry_in(form: &str) {
     );
 }
 
-#[tokio::test]
-async fn a_paused_event_admits_nobody_until_reopened() {
-    a_paused_event_admits_nobody_until_reopened_in("sorted_sets").await;
-}
-
-#[tokio::test]
-async fn on_a_numbered_line_a_paused_event_admits_nobody_until_reopened() {
-    a_paused_event_admits_nobody_until_reopened_in("numbered").await;
-}
+on_both_forms!(
+    tokio::test,
+    a_paused_event_admits_nobody_until_reopened_in:
+    a_paused_event_admits_nobody_until_reopened,
+    on_a_numbered_line_a_paused_event_admits_nobody_until_reopened
+);
 
 async fn a_paused_event_admits_nobody_until_reopened_in(form: &str) {
     let app = spawn_app().await;

@@ -8,6 +8,7 @@ use redis::AsyncCommands as _;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+use crate::common::on_both_forms;
 use crate::common::{
     active_tickets, eventually, free_port, in_form, numbered_active, test_config, unique,
     ADMIN_TOKEN,
@@ -65,17 +66,14 @@ async fn stats(http: &reqwest::Client, base: &str, ev: &str) -> Option<Value> {
         .map(|v| v["stats"].clone())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killing_the_admitting_instance_hands_admission_to_the_other_without_double_admission() {
-    hand_over("sorted_sets").await;
-}
-
-/// The same on a numbered line: its tick moves a boundary, fenced by the lease as the sorted
-/// sets' moves are, and the survivor takes it from where the dead leader left it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_a_numbered_line_killing_the_admitting_instance_hands_admission_to_the_other() {
-    hand_over("numbered").await;
-}
+on_both_forms!(
+    tokio::test(flavor = "multi_thread", worker_threads = 2),
+    hand_over:
+    killing_the_admitting_instance_hands_admission_to_the_other_without_double_admission,
+    /// The same on a numbered line: its tick moves a boundary, fenced by the lease as the sorted
+    /// sets' moves are, and the survivor takes it from where the dead leader left it.
+    on_a_numbered_line_killing_the_admitting_instance_hands_admission_to_the_other
+);
 
 async fn hand_over(form: &str) {
     let prefix = unique("t");

@@ -8,19 +8,17 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 use waitroom::redis::keys::slot;
 
+use crate::common::on_both_forms;
 use crate::common::{in_form, member, spawn_app, unique};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn five_thousand_concurrent_enters_get_positions_one_to_w_in_arrival_order() {
-    five_thousand_concurrent_enters("sorted_sets").await;
-}
-
-/// The same surge on a numbered line, where the enters of an instance go in batches, one
-/// script each: places 1..W, and in the order of the numbers the index holds.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn on_a_numbered_line_five_thousand_concurrent_enters_get_positions_one_to_w_in_order() {
-    five_thousand_concurrent_enters("numbered").await;
-}
+on_both_forms!(
+    tokio::test(flavor = "multi_thread", worker_threads = 4),
+    five_thousand_concurrent_enters:
+    five_thousand_concurrent_enters_get_positions_one_to_w_in_arrival_order,
+    /// The same surge on a numbered line, where the enters of an instance go in batches, one
+    /// script each: places 1..W, and in the order of the numbers the index holds.
+    on_a_numbered_line_five_thousand_concurrent_enters_get_positions_one_to_w_in_order
+);
 
 async fn five_thousand_concurrent_enters(form: &str) {
     // Arrange: 8 shards, admission held back.

@@ -11,6 +11,7 @@ use reqwest::{Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
+use crate::common::on_both_forms;
 use crate::common::{assert_error, db, eventually, spawn_app, unique, TestApp, ADMIN_TOKEN};
 
 /// An open event whose line admits at once, and a show on it. Returns (event, show).
@@ -233,16 +234,12 @@ async fn a_lapsed_hold_frees_its_seats_and_cannot_be_booked() {
     .await;
 }
 
-#[tokio::test]
-async fn the_same_booking_request_twice_gives_one_booking_and_it_becomes_confirmed() {
-    the_same_booking_request_twice_gives_one_booking_and_it_becomes_confirmed_in("sorted_sets")
-        .await;
-}
-
-#[tokio::test]
-async fn on_a_numbered_line_the_same_booking_request_twice_gives_one_booking() {
-    the_same_booking_request_twice_gives_one_booking_and_it_becomes_confirmed_in("numbered").await;
-}
+on_both_forms!(
+    tokio::test,
+    the_same_booking_request_twice_gives_one_booking_and_it_becomes_confirmed_in:
+    the_same_booking_request_twice_gives_one_booking_and_it_becomes_confirmed,
+    on_a_numbered_line_the_same_booking_request_twice_gives_one_booking
+);
 
 async fn the_same_booking_request_twice_gives_one_booking_and_it_becomes_confirmed_in(form: &str) {
     let app = spawn_app().await;
@@ -288,21 +285,12 @@ async fn the_same_booking_request_twice_gives_one_booking_and_it_becomes_confirm
     assert_eq!(seat_states(&app, &show).await["A-1"], "sold");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_thousand_buyers_for_a_hundred_seats_sell_each_seat_once_and_every_201_is_confirmed() {
-    two_thousand_buyers_for_a_hundred_seats_sell_each_seat_once_and_every_201_is_confirmed_in(
-        "sorted_sets",
-    )
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn on_a_numbered_line_two_thousand_buyers_for_a_hundred_seats_sell_each_seat_once() {
-    two_thousand_buyers_for_a_hundred_seats_sell_each_seat_once_and_every_201_is_confirmed_in(
-        "numbered",
-    )
-    .await;
-}
+on_both_forms!(
+    tokio::test(flavor = "multi_thread", worker_threads = 4),
+    two_thousand_buyers_for_a_hundred_seats_sell_each_seat_once_and_every_201_is_confirmed_in:
+    two_thousand_buyers_for_a_hundred_seats_sell_each_seat_once_and_every_201_is_confirmed,
+    on_a_numbered_line_two_thousand_buyers_for_a_hundred_seats_sell_each_seat_once
+);
 
 async fn two_thousand_buyers_for_a_hundred_seats_sell_each_seat_once_and_every_201_is_confirmed_in(
     form: &str,
@@ -538,19 +526,12 @@ async fn general_admission_holds_a_quantity_and_never_sells_more_than_it_has() {
     assert_eq!(map["quantity"], 5);
 }
 
-#[tokio::test]
-async fn when_everything_is_taken_the_line_says_sold_out_and_reopens_when_seats_come_back() {
-    when_everything_is_taken_the_line_says_sold_out_and_reopens_when_seats_come_back_in(
-        "sorted_sets",
-    )
-    .await;
-}
-
-#[tokio::test]
-async fn on_a_numbered_line_when_everything_is_taken_the_line_says_sold_out_and_reopens() {
-    when_everything_is_taken_the_line_says_sold_out_and_reopens_when_seats_come_back_in("numbered")
-        .await;
-}
+on_both_forms!(
+    tokio::test,
+    when_everything_is_taken_the_line_says_sold_out_and_reopens_when_seats_come_back_in:
+    when_everything_is_taken_the_line_says_sold_out_and_reopens_when_seats_come_back,
+    on_a_numbered_line_when_everything_is_taken_the_line_says_sold_out_and_reopens
+);
 
 async fn when_everything_is_taken_the_line_says_sold_out_and_reopens_when_seats_come_back_in(
     form: &str,

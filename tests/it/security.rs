@@ -11,6 +11,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
+use crate::common::on_both_forms;
 use crate::common::{
     assert_error, assert_error_body, eventually, in_form, members, spawn_app_with, unique, TestApp,
 };
@@ -201,17 +202,12 @@ async fn stats(app: &TestApp, ev: &str) -> Value {
     app.get_event(ev).await["stats"].clone()
 }
 
-#[tokio::test]
-async fn a_bot_crowd_that_never_polls_is_never_admitted_and_does_not_stop_abandonment() {
-    a_bot_crowd_that_never_polls_is_never_admitted_and_does_not_stop_abandonment_in("sorted_sets")
-        .await;
-}
-
-#[tokio::test]
-async fn on_a_numbered_line_a_bot_crowd_that_never_polls_is_never_admitted() {
-    a_bot_crowd_that_never_polls_is_never_admitted_and_does_not_stop_abandonment_in("numbered")
-        .await;
-}
+on_both_forms!(
+    tokio::test,
+    a_bot_crowd_that_never_polls_is_never_admitted_and_does_not_stop_abandonment_in:
+    a_bot_crowd_that_never_polls_is_never_admitted_and_does_not_stop_abandonment,
+    on_a_numbered_line_a_bot_crowd_that_never_polls_is_never_admitted
+);
 
 async fn a_bot_crowd_that_never_polls_is_never_admitted_and_does_not_stop_abandonment_in(
     form: &str,
@@ -292,15 +288,12 @@ async fn a_bot_crowd_that_never_polls_is_never_admitted_and_does_not_stop_abando
     assert_eq!(abandoned, 300.0, "every bot place was removed as abandoned");
 }
 
-#[tokio::test]
-async fn a_crowd_that_polled_once_keeps_its_places_only_for_the_guards_grace() {
-    a_crowd_that_polled_once_keeps_its_places_only_for_the_guards_grace_in("sorted_sets").await;
-}
-
-#[tokio::test]
-async fn on_a_numbered_line_a_crowd_that_polled_once_keeps_its_places_only_for_the_guards_grace() {
-    a_crowd_that_polled_once_keeps_its_places_only_for_the_guards_grace_in("numbered").await;
-}
+on_both_forms!(
+    tokio::test,
+    a_crowd_that_polled_once_keeps_its_places_only_for_the_guards_grace_in:
+    a_crowd_that_polled_once_keeps_its_places_only_for_the_guards_grace,
+    on_a_numbered_line_a_crowd_that_polled_once_keeps_its_places_only_for_the_guards_grace
+);
 
 async fn a_crowd_that_polled_once_keeps_its_places_only_for_the_guards_grace_in(form: &str) {
     let app = spawn_app_with(|_| {}).await;
@@ -466,15 +459,12 @@ async fn one_ticket_cannot_hoard_a_show() {
     assert_eq!(r.status(), StatusCode::CREATED);
 }
 
-#[tokio::test]
-async fn a_hold_ends_with_the_session_that_made_it() {
-    a_hold_ends_with_the_session_that_made_it_in("sorted_sets").await;
-}
-
-#[tokio::test]
-async fn on_a_numbered_line_a_hold_ends_with_the_session_that_made_it() {
-    a_hold_ends_with_the_session_that_made_it_in("numbered").await;
-}
+on_both_forms!(
+    tokio::test,
+    a_hold_ends_with_the_session_that_made_it_in:
+    a_hold_ends_with_the_session_that_made_it,
+    on_a_numbered_line_a_hold_ends_with_the_session_that_made_it
+);
 
 async fn a_hold_ends_with_the_session_that_made_it_in(form: &str) {
     let app = spawn_app_with(|_| {}).await;

@@ -332,6 +332,26 @@ pub async fn active_tickets(redis: &RedisConn, keys: &Keys, tags: &[String]) -> 
     set_members(redis, keys, tags, |k| k.active).await
 }
 
+/// Two tests of one sale under the test attribute `$test` (`tokio::test` and its arguments):
+/// `$sorted` runs `$body("sorted_sets")`, `$numbered` runs `$body("numbered")`, each with the
+/// doc comments written before its name.
+macro_rules! on_both_forms {
+    ($test:meta, $body:ident: $(#[$sdoc:meta])* $sorted:ident, $(#[$ndoc:meta])* $numbered:ident) => {
+        $(#[$sdoc])*
+        #[$test]
+        async fn $sorted() {
+            $body("sorted_sets").await;
+        }
+
+        $(#[$ndoc])*
+        #[$test]
+        async fn $numbered() {
+            $body("numbered").await;
+        }
+    };
+}
+pub(crate) use on_both_forms;
+
 /// `body` (an event's creation body) with the line form `form` (`sorted_sets` or `numbered`):
 /// for the tests that run the same sale on both forms.
 pub fn in_form(form: &str, mut body: Value) -> Value {
