@@ -272,9 +272,19 @@ impl Queue {
         if ev.sold_out {
             // The line has stopped: say so at once instead of queueing people for nothing. Someone
             // already admitted keeps their session (and token) though.
+            // Through the repair like every other read of the line: a key of the wrong type
+            // would otherwise answer 503 here for as long as the event stays sold out.
             let found = match ev.config.line_form {
-                LineForm::Numbered => self.poll_numbered(ev, &ticket, true).await,
-                LineForm::SortedSets => self.locate(ev, &ticket, None, false).await,
+                LineForm::Numbered => {
+                    self.repairing_numbered(event, ev, &ticket, || {
+                        self.poll_numbered(ev, &ticket, true)
+                    })
+                    .await
+                }
+                LineForm::SortedSets => {
+                    self.repairing(event, &ev.config, || self.locate(ev, &ticket, None, false))
+                        .await
+                }
             };
             return match found {
                 Ok(admitted @ Standing::Admitted { .. }) => {

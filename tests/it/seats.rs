@@ -12,7 +12,9 @@ use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
 use crate::common::on_both_forms;
-use crate::common::{assert_error, db, eventually, spawn_app, unique, TestApp, ADMIN_TOKEN};
+use crate::common::{
+    assert_error, db, eventually, spawn_app, spawn_app_with, unique, TestApp, ADMIN_TOKEN,
+};
 
 /// An open event whose line admits at once, and a show on it. Returns (event, show).
 async fn sale(app: &TestApp, show_body: Value, event_extra: Value) -> (String, String) {
@@ -575,6 +577,76 @@ async fn when_everything_is_taken_the_line_says_sold_out_and_reopens_when_seats_
         (app.enter_ok(&ev, "carol").await["status"] != "sold_out").then_some(())
     })
     .await;
+}
+
+/// An enter while the line is sold out reads where the person stands (someone admitted keeps
+/// their session) through the same wrong-type repair as every other read of the line. It did
+/// not: an index bucket of the wrong type answered 503 to its members' enters for as long as
+/// the event stayed sold out (the tick reads no bucket, so nothing else repairs one). Carol is
+/// admitted, Alice holds the only seat, and Carol's bucket is overwritten; a second instance,
+/// which remembers no number, has to read it. Her entry was in the bucket, so the line knows
+/// her no more: sold out, as for anyone new. (On the sorted sets the tick, which keeps running
+/// while an event is sold out, reads and so repairs every shard key such an enter reads.)
+#[tokio::test]
+async fn on_a_numbered_line_a_wrong_typed_bucket_is_repaired_while_the_line_is_sold_out() {
+    let prefix = unique("t");
+    let app = spawn_app_with(|c| c.redis.key_prefix = prefix.clone()).await;
+    let other = spawn_app_with(|c| c.redis.key_prefix = prefix.clone()).await;
+    let (ev, show) = sale(
+        &app,
+        json!({"seats": ["A-1"]}),
+        json!({"shards": 1, "line_form": "numbered"}),
+    )
+    .await;
+    let alice = admitted(&app, &ev, "alice").await;
+    admitted(&app, &ev, "carol").await;
+    let carol = app.enter_ok(&ev, "carol").await["ticket"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let h = hold(&app, &show, &alice, json!({"seats": ["A-1"]})).await;
+    assert_eq!(h.status(), StatusCode::CREATED);
+    let tries = std::sync::atomic::AtomicUsize::new(0);
+    eventually(Duration::from_secs(5), "sold out at the other", || async {
+        let n = tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        (other.enter_ok(&ev, &format!("dave{n}")).await["status"] == "sold_out").then_some(())
+    })
+    .await;
+
+    let cfg = app.get_event(&ev).await["config"].clone();
+    let bucket = crate::numbered::index_key_of(&app, &ev, &cfg, &carol);
+    let () = app.redis.clone().del(&bucket).await.unwrap();
+    let () = app.redis.clone().set(&bucket, "not mine").await.unwrap();
+    let r = other.enter(&ev, "carol").await;
+    let status = r.status();
+    let body = r.text().await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let s: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(s["status"], "sold_out");
+    assert_eq!(s["ticket"], carol.as_str());
+    let kind: String = redis::cmd("TYPE")
+        .arg(&bucket)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(kind, "none");
+    let aside: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{bucket}:wrongtype:*"))
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    let kept: String = app.redis.clone().get(&aside[0]).await.unwrap();
+    assert_eq!(kept, "not mine");
+    // Alice, admitted and holding, is still admitted at the other instance (unless her
+    // entry shared Carol's bucket, one chance in 16,384).
+    let alice_ticket = app.enter_ok(&ev, "alice").await["ticket"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    if crate::numbered::index_key_of(&app, &ev, &cfg, &alice_ticket) != bucket {
+        assert_eq!(other.enter_ok(&ev, "alice").await["status"], "admitted");
+    }
 }
 
 #[tokio::test]
