@@ -3,6 +3,7 @@
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+use crate::common::on_both_forms;
 use crate::common::{spawn_app, unique};
 
 #[tokio::test]
@@ -20,13 +21,21 @@ async fn healthz_and_readyz_report_the_stack() {
     );
 }
 
-#[tokio::test]
-async fn metrics_show_requests_by_route_and_queue_sizes() {
+on_both_forms!(
+    tokio::test,
+    metrics_show_requests_by_route_and_queue_sizes_in:
+    metrics_show_requests_by_route_and_queue_sizes,
+    /// The dashboards' queue sizes on a numbered line, whose tick counts the line from its
+    /// boundary and bitmaps instead of the sorted sets' cardinalities.
+    on_a_numbered_line_metrics_show_requests_by_route_and_queue_sizes
+);
+
+async fn metrics_show_requests_by_route_and_queue_sizes_in(form: &str) {
     let app = spawn_app().await;
     let ev = unique("e");
     app.create_event(
         &ev,
-        json!({"shards": 2, "admit_per_second": 5, "active_capacity": 1}),
+        json!({"shards": 2, "admit_per_second": 5, "active_capacity": 1, "line_form": form}),
     )
     .await;
     for i in 0..3 {
@@ -53,7 +62,8 @@ async fn metrics_show_requests_by_route_and_queue_sizes() {
     let waiting = format!(r#"waitroom_queue_waiting{{event="{ev}"}} 2"#);
     let active = format!(r#"waitroom_queue_active{{event="{ev}"}} 1"#);
     assert!(text.contains(&waiting), "missing {waiting}");
-    // Admission's Redis cost: at least the lease, both shards' reads and one move so far.
+    // Admission's Redis cost: at least the lease, both shards' reads and one move so far (on a
+    // numbered line the lease and the tick's script, at every tick).
     let commands = format!(r#"waitroom_admission_redis_commands_total{{event="{ev}"}} "#);
     let spent: f64 = text
         .lines()

@@ -13,6 +13,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use waitroom::config::{Config, Secret};
 
+use crate::common::on_both_forms;
 use crate::common::{eventually, spawn_app_with, unique};
 
 /// The TLS stack's settings, or a panic saying how to get them.
@@ -47,8 +48,17 @@ impl TlsStack {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sale_runs_end_to_end_over_tls_with_credentials() {
+on_both_forms!(
+    tokio::test(flavor = "multi_thread", worker_threads = 2),
+    a_sale_runs_end_to_end_over_tls_with_credentials_in:
+    a_sale_runs_end_to_end_over_tls_with_credentials,
+    /// The numbered line over TLS: its batches of enters and their replicas' `WAIT` go on
+    /// direct connections of their own to the event's primary, and its polls read the line's
+    /// figures, each a path the sorted sets' sale does not take.
+    on_a_numbered_line_a_sale_runs_end_to_end_over_tls_with_credentials
+);
+
+async fn a_sale_runs_end_to_end_over_tls_with_credentials_in(form: &str) {
     let stack = TlsStack::from_env();
     assert!(
         stack.nodes.iter().all(|n| n.starts_with("rediss://")),
@@ -67,8 +77,11 @@ async fn a_sale_runs_end_to_end_over_tls_with_credentials() {
     );
 
     let (ev, show) = (unique("tls"), unique("tlsshow"));
-    app.create_event(&ev, json!({"shards": 4, "admit_per_second": 1000}))
-        .await;
+    app.create_event(
+        &ev,
+        json!({"shards": 4, "admit_per_second": 1000, "line_form": form}),
+    )
+    .await;
     app.create_show(&show, json!({"event": ev, "seats": ["A-1", "A-2", "A-3"]}))
         .await;
     let token = app.admitted(&ev, "tls-buyer").await;
