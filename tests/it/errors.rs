@@ -356,22 +356,9 @@ async fn a_queue_key_of_the_wrong_type_is_moved_aside_and_the_line_keeps_working
 
     let s = app.enter_ok(&ev, "alice").await;
     assert_eq!(s["position"], 1);
-    let kind: String = redis::cmd("TYPE")
-        .arg(&waiting)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
-    assert_eq!(kind, "zset");
     // The bad value is kept aside for an operator, in the same slot.
-    let pattern = format!("{waiting}:wrongtype:*");
-    let aside: Vec<String> = redis::cmd("KEYS")
-        .arg(&pattern)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
-    assert_eq!(aside.len(), 1, "{aside:?}");
-    let kept: String = app.redis.clone().get(&aside[0]).await.unwrap();
-    assert_eq!(kept, "not a sorted set");
+    app.assert_moved_aside(&waiting, "zset", "not a sorted set")
+        .await;
 }
 
 /// The same on a numbered line, for its own keys and for an index bucket: a bucket holding a
@@ -415,21 +402,8 @@ async fn a_numbered_line_key_of_the_wrong_type_is_moved_aside_and_the_line_keeps
     .await;
     let again = app.enter_ok(&ev, "bob").await;
     assert_eq!(again["status"], "waiting");
-    for (key, want) in [(&bucket, "hash"), (&ticks, "none")] {
-        let kind: String = redis::cmd("TYPE")
-            .arg(key)
-            .query_async(&mut app.redis.clone())
-            .await
-            .unwrap();
-        assert_eq!(kind, want, "{key}");
-        let aside: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{key}:wrongtype:*"))
-            .query_async(&mut app.redis.clone())
-            .await
-            .unwrap();
-        assert_eq!(aside.len(), 1, "{key}: {aside:?}");
-        let kept: String = app.redis.clone().get(&aside[0]).await.unwrap();
-        assert_eq!(kept, "not mine");
+    for (key, now) in [(&bucket, "hash"), (&ticks, "none")] {
+        app.assert_moved_aside(key, now, "not mine").await;
     }
 }
 

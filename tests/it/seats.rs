@@ -624,20 +624,7 @@ async fn on_a_numbered_line_a_wrong_typed_bucket_is_repaired_while_the_line_is_s
     let s: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(s["status"], "sold_out");
     assert_eq!(s["ticket"], carol.as_str());
-    let kind: String = redis::cmd("TYPE")
-        .arg(&bucket)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
-    assert_eq!(kind, "none");
-    let aside: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{bucket}:wrongtype:*"))
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
-    assert_eq!(aside.len(), 1, "{aside:?}");
-    let kept: String = app.redis.clone().get(&aside[0]).await.unwrap();
-    assert_eq!(kept, "not mine");
+    app.assert_moved_aside(&bucket, "none", "not mine").await;
     // Alice, admitted and holding, is still admitted at the other instance (unless her
     // entry shared Carol's bucket, one chance in 16,384).
     let alice_ticket = app.enter_ok(&ev, "alice").await["ticket"]

@@ -289,6 +289,25 @@ impl TestApp {
             .unwrap()
     }
 
+    /// That the wrong-type repair moved `key` aside: `key` is now of type `now` (`none` when
+    /// nothing wrote it since), and exactly one `<key>:wrongtype:*` keeps the string `kept`.
+    pub async fn assert_moved_aside(&self, key: &str, now: &str, kept: &str) {
+        let kind: String = redis::cmd("TYPE")
+            .arg(key)
+            .query_async(&mut self.redis.clone())
+            .await
+            .unwrap();
+        assert_eq!(kind, now, "{key}");
+        let aside: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{key}:wrongtype:*"))
+            .query_async(&mut self.redis.clone())
+            .await
+            .unwrap();
+        assert_eq!(aside.len(), 1, "{key}: {aside:?}");
+        let value: String = self.redis.clone().get(&aside[0]).await.unwrap();
+        assert_eq!(value, kept, "{}", aside[0]);
+    }
+
     /// The event's shard tags, as stored.
     pub async fn shard_tags(&self, event: &str) -> Vec<String> {
         let cfg = self.get_event(event).await;
