@@ -658,6 +658,47 @@ async fn while_the_guard_holds_on_the_numbered_line_people_who_polled_keep_their
     .await;
 }
 
+/// The guard counts only people who have polled: an entry that never polled says nothing about
+/// lost polls. 200 enter and never poll, 60 poll once and stop, 100 keep polling; 2 s later
+/// (past the 1.25 s bound) 100 of the 160 who polled were seen lately, so the guard does not
+/// hold: the 60 are taken for gone with the 200, and exactly the 100 are let in. Were the 200
+/// counted as people who polled, the guard would hold (100 seen lately of 360) and let the 60
+/// in too (checked: 160 let in).
+#[tokio::test]
+async fn the_numbered_lines_guard_counts_only_people_who_have_polled() {
+    let app = spawn_app().await;
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"line_form": "numbered", "shards": 2, "admit_per_second": 0,
+               "abandon_after_seconds": 1}),
+    )
+    .await;
+    let group = |name: &'static str, n: usize| {
+        let (app, ev) = (&app, &ev);
+        join_all((0..n).map(move |i| async move {
+            ticket_of(&app.enter_ok(ev, &format!("{name}{i}")).await).await
+        }))
+    };
+    let _never = group("never", 200).await;
+    let once = group("once", 60).await;
+    let fresh = group("fresh", 100).await;
+    standings(&app, &ev, &once).await;
+    keep_polling(&app, &ev, &fresh, Duration::from_millis(2000)).await;
+    app.update_event(&ev, json!({"admit_per_second": 5000}))
+        .await;
+    keep_polling(&app, &ev, &fresh, Duration::from_millis(1500)).await;
+    let polled = standings(&app, &ev, &fresh).await;
+    assert!(
+        polled.values().all(|(status, _)| status == "admitted"),
+        "{polled:?}"
+    );
+    assert_eq!(app.get_event(&ev).await["stats"]["active"], 100);
+    for t in &once {
+        assert_error(app.poll(&ev, t).await, StatusCode::NOT_FOUND, "not_found").await;
+    }
+}
+
 /// The abandon time of the horizon tests' events: their abandon bound is 2.5 s (2 s and a
 /// quarter), and their horizon 1,000 numbers (the floor, one shard) at 50/s or less and 18,750
 /// at 5,000/s (5,000 × 2.5 × 1.5).
