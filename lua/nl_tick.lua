@@ -77,8 +77,9 @@ elseif seq >= b then
   first_bytes, first_recs = bytes, recs
   local polled, recent = 0, 0
   local fresh_from, fb = oldest(cut_polled), floor(b / 8)
-  -- record_at and departed_in of lua/numbered_lib.lua, written out: only cells of people who
-  -- have polled count, and a departed number's record stays behind it and counts for nobody.
+  -- record_at of lua/numbered_lib.lua written out, and n's departure bit (bit 7 - n % 8 of the
+  -- byte holding n): only cells of people who have polled count, and a departed number's
+  -- record stays behind it and counts for nobody.
   for n = b, last do
     local i = 2 * (n - b) + 1
     local hi, lo = sbyte(recs, i, i + 1)
@@ -122,7 +123,7 @@ while (na < take or judged < probe) and x <= seq do
     recs = nil
   end
   -- The numbers of x..last whose departure bit is clear; a byte with no bit set gives its
-  -- numbers without a test each (departed_in of lua/numbered_lib.lua, a byte at a time).
+  -- numbers without a test each.
   local cands, nc = {}, 0
   local fx = floor(x / 8)
   local n = x

@@ -54,13 +54,6 @@ local function record_at(bytes, first, n, period)
   return polled, (period - ((v % 32768) - 1)) % WRAP
 end
 
--- Whether number n's departure bit is set in `bytes` (a GETRANGE of KEYS[2] from the byte
--- holding number `first`).
-local function departed_in(bytes, first, n)
-  local byte = string.byte(bytes, math.floor(n / 8) - math.floor(first / 8) + 1) or 0
-  return bit.band(bit.rshift(byte, 7 - n % 8), 1) == 1
-end
-
 -- Records of numbers first..last, one GETRANGE.
 local function records(first, last)
   return redis.call('GETRANGE', KEYS[5], 2 * first, 2 * last + 1)
