@@ -546,8 +546,20 @@ impl Queue {
     /// Number `n`'s position from the figures this instance holds (reading them when stale),
     /// or `None` when they cannot tell or a script has to run anyway: `n` near the front with
     /// its last-seen record not current for `period` (`recorded`: see [`Place`]), `n` not
-    /// waiting as read, or the figures not at hand (src/queue/snapshot.rs).
-    async fn position_from_figures(&self, ev: &Event, place: Place, period: u64) -> Option<u64> {
+    /// waiting as read, or the figures not at hand (src/queue/snapshot.rs). `known`: a
+    /// standing script answered for `n` before (a poll's place), so `n` was handed out, and a
+    /// counter read below it is a line that began again — its keys unlinked when it was freed
+    /// (docs/operations.md, "Free what is finished") — where the script says gone; or figures
+    /// read before `n` was handed out. Either way they cannot tell. A number just handed out
+    /// (an enter's) is past the counter of figures read before it, and stands behind everyone
+    /// they hold as waiting.
+    async fn position_from_figures(
+        &self,
+        ev: &Event,
+        place: Place,
+        period: u64,
+        known: bool,
+    ) -> Option<u64> {
         let figures = self
             .snapshots
             .figures(&ev.numbered.line, |held| async move {
@@ -571,6 +583,9 @@ impl Queue {
                 Some(figures)
             })
             .await?;
+        if known && place.n > figures.seq {
+            return None;
+        }
         let position = figures.position(place.n)?;
         let near = figures.near_front(place.n, numbered_horizon(&ev.config));
         if near && place.recorded != period + 1 {
@@ -631,7 +646,7 @@ impl Queue {
         let period = now / cfg.record_period_ms();
         // A new number far from the front needs no record: its position is arithmetic.
         let entered = Place { n, recorded: 0 };
-        let (held, reply) = match self.position_from_figures(ev, entered, period).await {
+        let (held, reply) = match self.position_from_figures(ev, entered, period, false).await {
             Some(position) => (
                 self.write_index(&index, &member, n, None).await,
                 Ok((0, position as i64, 0, n as i64)),
@@ -724,7 +739,7 @@ impl Queue {
         let mut known_gone = None;
         if let Some(place) = self.places.get(ticket) {
             if !mode_check {
-                if let Some(position) = self.position_from_figures(ev, place, period).await {
+                if let Some(position) = self.position_from_figures(ev, place, period, true).await {
                     return Ok(waiting(position, 0));
                 }
             }

@@ -10,11 +10,12 @@
 //! it can from it. A position is then exact as of the read, at most that age ago: what the
 //! person would have seen had they polled that much earlier.
 //!
-//! What a snapshot never answers: a number below the boundary (admitted or gone: the
-//! standing script decides), one past the counter as read, one found departed, a poll whose
-//! last-seen record is due (near the front, once a period), and a session check of a hold or
-//! a booking. A tick or a leave through this instance forgets the snapshot at once, so this
-//! instance's own changes show in its next answer; other instances' show within the age.
+//! What a snapshot never answers: a number below the boundary (admitted or gone: the standing
+//! script decides), a poll's number past the counter as read (read before the number was handed
+//! out, or a line that began again: its keys unlinked), one found departed, a poll whose last-seen
+//! record is due (near the front, once a period), and a session check of a hold or a booking. A
+//! tick or a leave through this instance forgets the snapshot at once, so this instance's own
+//! changes show in its next answer; other instances' show within the age.
 //!
 //! One poll at a time reads the figures; while they are within three quarters of the age
 //! every other poll answers from them, and past it the reading poll alone waits while the

@@ -991,6 +991,55 @@ async fn positions_from_the_lines_figures_are_the_scripts_positions() {
     );
 }
 
+/// docs/operations.md, "Free what is finished", on a numbered line: once the keys of the
+/// event's line are unlinked, its people's next polls get 404 — the numbers their tickets carry
+/// are above the line's counter (none now), so nobody's — not places in a line that is gone
+/// (a ticket read against an empty line would stand at its number). Through an instance that
+/// runs the script for every poll, and within the figures' age through one that keeps them.
+#[tokio::test]
+async fn a_freed_numbered_line_answers_its_people_404() {
+    let prefix = unique("t");
+    let scripts = instance_keeping_figures(&prefix, 0).await;
+    let figures = spawn_app_with(|c| c.redis.key_prefix = prefix.clone()).await;
+    let ev = new_numbered_event(&scripts).await;
+    let tickets = tickets_entered(&scripts, &ev, 20).await;
+    let places: Vec<u64> = (1..=20).collect();
+    assert_eq!(positions(&scripts, &ev, &tickets).await, places);
+    assert_eq!(positions(&figures, &ev, &tickets).await, places);
+    scripts.update_event(&ev, json!({"state": "closed"})).await;
+    let keys = scripts.keys.numbered(&ev);
+    let mut every: Vec<String> = keys.all().iter().map(|k| k.to_string()).collect();
+    every.extend((0..waitroom::queue::event::INDEX_BUCKETS).map(|b| keys.index(b)));
+    let mut conn = scripts.redis.clone();
+    let mut unlinked = 0;
+    for chunk in every.chunks(500) {
+        let n: u64 = redis::cmd("UNLINK")
+            .arg(chunk)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        unlinked += n;
+    }
+    // The line's hash, counter, records, ticks' set, and one index bucket or more.
+    assert!(unlinked >= 5, "{unlinked} keys unlinked");
+    for t in &tickets {
+        assert_error(
+            scripts.poll(&ev, t).await,
+            StatusCode::NOT_FOUND,
+            "not_found",
+        )
+        .await;
+    }
+    eventually(Duration::from_secs(5), "404 from the figures", || async {
+        let mut all = true;
+        for t in &tickets {
+            all &= figures.poll(&ev, t).await.status() == StatusCode::NOT_FOUND;
+        }
+        all.then_some(())
+    })
+    .await;
+}
+
 /// `app`'s reads of numbered lines' figures: (reads, blocks kept, bytes received).
 async fn figure_reads(app: &TestApp) -> (f64, f64, f64) {
     (
