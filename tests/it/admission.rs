@@ -139,6 +139,13 @@ async fn a_slot_freed_by_leave_goes_to_the_next_in_line_in(form: &str) {
     .await;
     let active = app.active_tickets(&ev).await;
     assert_eq!(active, members([&tickets[1], &tickets[2]]));
+    // Let in by the tick after the leave, not by the one that let the first two in (the tick
+    // that stopped just before it).
+    let at = |s: Value| s["admitted_at_ms"].as_u64().unwrap();
+    assert!(
+        at(app.poll_ok(&ev, &tickets[2]).await) > at(app.poll_ok(&ev, &tickets[1]).await),
+        "the third's admission time is the tick that let it in"
+    );
     assert_eq!(app.poll_ok(&ev, &tickets[3]).await["position"], 1);
     assert_eq!(
         app.poll(&ev, &tickets[0]).await.status(),

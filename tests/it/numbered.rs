@@ -617,10 +617,12 @@ async fn a_budget_of_several_steps_admits_exactly_the_room_in_order() {
 }
 
 /// The overload guard on the numbered line: when most people near the front who have polled
-/// were not seen lately, their polls are likelier lost than they all gone. 120 poll once, then
-/// nothing reaches the service for 2 s (past the 1.25 s bound): the gate opens and all 120 are
-/// let in, held to the guard's longer bound. Someone who entered and never polled is not
-/// covered by the guard and is still taken for gone.
+/// were not seen lately, their polls are likelier lost than they all gone. 1,000 poll once,
+/// then nothing reaches the service for 2 s (past the 1.25 s bound): the gate opens at
+/// 100,000/s (5,000 a tick, in steps of 700) and all 1,000 are let in, held to the guard's
+/// longer bound — in the later steps too, which take the first step's finding (were they held
+/// to the short bound, the 300 past the first step would be taken for gone). Someone who
+/// entered and never polled is not covered by the guard and is still taken for gone.
 #[tokio::test]
 async fn while_the_guard_holds_on_the_numbered_line_people_who_polled_keep_their_places() {
     let app = spawn_app().await;
@@ -628,21 +630,17 @@ async fn while_the_guard_holds_on_the_numbered_line_people_who_polled_keep_their
     app.create_event(
         &ev,
         json!({"line_form": "numbered", "shards": 2, "admit_per_second": 0,
-               "abandon_after_seconds": 1}),
+               "abandon_after_seconds": 1, "active_capacity": 2000}),
     )
     .await;
     let silent = ticket_of(&app.enter_ok(&ev, "silent").await).await;
-    let entered = join_all((0..120).map(|i| {
-        let (app, ev) = (&app, &ev);
-        async move { ticket_of(&app.enter_ok(ev, &format!("q{i}")).await).await }
-    }))
-    .await;
+    let entered = tickets_entered(&app, &ev, 1000).await;
     standings(&app, &ev, &entered).await;
     tokio::time::sleep(Duration::from_millis(2000)).await;
-    app.update_event(&ev, json!({"admit_per_second": 5000}))
+    app.update_event(&ev, json!({"admit_per_second": 100000}))
         .await;
-    eventually(Duration::from_secs(10), "the 120 admitted", || async {
-        (app.get_event(&ev).await["stats"]["active"] == 120).then_some(())
+    eventually(Duration::from_secs(10), "the 1,000 admitted", || async {
+        (app.get_event(&ev).await["stats"]["active"] == 1000).then_some(())
     })
     .await;
     let polled = standings(&app, &ev, &entered).await;
@@ -658,15 +656,18 @@ async fn while_the_guard_holds_on_the_numbered_line_people_who_polled_keep_their
     .await;
 }
 
-/// The guard counts only people who have polled: an entry that never polled says nothing about
-/// lost polls. 200 enter and never poll, 60 poll once and stop, 100 keep polling; 2 s later
-/// (past the 1.25 s bound) 100 of the 160 who polled were seen lately, so the guard does not
-/// hold: the 60 are taken for gone with the 200, and exactly the 100 are let in. Were the 200
-/// counted as people who polled, the guard would hold (100 seen lately of 360) and let the 60
-/// in too (checked: 160 let in).
-#[tokio::test]
-async fn the_numbered_lines_guard_counts_only_people_who_have_polled() {
-    let app = spawn_app().await;
+/// A sale for the guard's judgement, on a new two-shard numbered line with an abandon time of
+/// 1 s (a bound of 1.25 s). In this order `never` enter and never poll, `left` enter, poll once
+/// and leave, `once` enter and poll once, `fresh` enter and keep polling; 2 s later (past the
+/// bound) the gate opens at 5,000/s while the fresh keep polling, for 1.5 s. The event, the
+/// once and the fresh.
+async fn guard_sale(
+    app: &TestApp,
+    never: usize,
+    left: usize,
+    once: usize,
+    fresh: usize,
+) -> (String, Vec<String>, Vec<String>) {
     let ev = unique("e");
     app.create_event(
         &ev,
@@ -674,29 +675,77 @@ async fn the_numbered_lines_guard_counts_only_people_who_have_polled() {
                "abandon_after_seconds": 1}),
     )
     .await;
-    let group = |name: &'static str, n: usize| {
-        let (app, ev) = (&app, &ev);
-        join_all((0..n).map(move |i| async move {
-            ticket_of(&app.enter_ok(ev, &format!("{name}{i}")).await).await
-        }))
-    };
-    let _never = group("never", 200).await;
-    let once = group("once", 60).await;
-    let fresh = group("fresh", 100).await;
-    standings(&app, &ev, &once).await;
-    keep_polling(&app, &ev, &fresh, Duration::from_millis(2000)).await;
+    entered_in_order(app, &ev, "never", never).await;
+    let left = entered_in_order(app, &ev, "left", left).await;
+    standings(app, &ev, &left).await;
+    for t in &left {
+        assert_eq!(app.leave(&ev, t).await.status(), StatusCode::NO_CONTENT);
+    }
+    let once = entered_in_order(app, &ev, "once", once).await;
+    let fresh = entered_in_order(app, &ev, "fresh", fresh).await;
+    standings(app, &ev, &once).await;
+    keep_polling(app, &ev, &fresh, Duration::from_millis(2000)).await;
     app.update_event(&ev, json!({"admit_per_second": 5000}))
         .await;
-    keep_polling(&app, &ev, &fresh, Duration::from_millis(1500)).await;
-    let polled = standings(&app, &ev, &fresh).await;
+    keep_polling(app, &ev, &fresh, Duration::from_millis(1500)).await;
+    (ev, once, fresh)
+}
+
+/// That the guard did not hold in a [`guard_sale`]: exactly the fresh were let in, and the
+/// people who polled once were taken for gone.
+async fn only_the_fresh_let_in(app: &TestApp, ev: &str, once: &[String], fresh: &[String]) {
+    let polled = standings(app, ev, fresh).await;
     assert!(
         polled.values().all(|(status, _)| status == "admitted"),
         "{polled:?}"
     );
-    assert_eq!(app.get_event(&ev).await["stats"]["active"], 100);
-    for t in &once {
-        assert_error(app.poll(&ev, t).await, StatusCode::NOT_FOUND, "not_found").await;
+    assert_eq!(app.get_event(ev).await["stats"]["active"], fresh.len());
+    for t in once {
+        assert_error(app.poll(ev, t).await, StatusCode::NOT_FOUND, "not_found").await;
     }
+}
+
+/// The guard counts only people who have polled: an entry that never polled says nothing about
+/// lost polls. 200 enter and never poll, 60 poll once and stop, 100 keep polling: 100 of the
+/// 160 who polled were seen lately, so the guard does not hold: the 60 are taken for gone with
+/// the 200, and exactly the 100 are let in. Were the 200 counted as people who polled, the
+/// guard would hold (100 seen lately of 360) and let the 60 in too (checked: 160 let in).
+#[tokio::test]
+async fn the_numbered_lines_guard_counts_only_people_who_have_polled() {
+    let app = spawn_app().await;
+    let (ev, once, fresh) = guard_sale(&app, 200, 0, 60, 100).await;
+    only_the_fresh_let_in(&app, &ev, &once, &fresh).await;
+}
+
+/// Nor does the guard count people who left: their records stay behind them and say nothing
+/// about polls now. 100 poll once and leave, 60 poll once and stop, 100 keep polling: the guard
+/// does not hold (100 of 160). Were the 100 who left counted, it would (100 of 260) and let
+/// the 60 in.
+#[tokio::test]
+async fn the_numbered_lines_guard_counts_nobody_who_left() {
+    let app = spawn_app().await;
+    let (ev, once, fresh) = guard_sale(&app, 0, 100, 60, 100).await;
+    only_the_fresh_let_in(&app, &ev, &once, &fresh).await;
+}
+
+/// The guard holds as soon as fewer than half of those who have polled were seen lately, not
+/// only when none were: 55 poll once and stop, 45 keep polling (45 of 100), and all 100 are let
+/// in.
+#[tokio::test]
+async fn the_numbered_lines_guard_holds_when_fewer_than_half_were_seen_lately() {
+    let app = spawn_app().await;
+    let (ev, once, fresh) = guard_sale(&app, 0, 0, 55, 45).await;
+    let mut everyone = once.clone();
+    everyone.extend(fresh);
+    eventually(Duration::from_secs(10), "all 100 admitted", || async {
+        (app.get_event(&ev).await["stats"]["active"] == 100).then_some(())
+    })
+    .await;
+    let polled = standings(&app, &ev, &everyone).await;
+    assert!(
+        polled.values().all(|(status, _)| status == "admitted"),
+        "the guard held: {polled:?}"
+    );
 }
 
 /// The abandon time of the horizon tests' events: their abandon bound is 2.5 s (2 s and a
@@ -742,8 +791,8 @@ async fn until_active(app: &TestApp, ev: &str, active: u64) {
 }
 
 /// Opens `ev` at 5,000/s with room for everyone while the `fillers` keep polling, until nobody
-/// waits; then `last`, who polled no more meanwhile, must have been let in, and so must all.
-async fn open_for_all_then_last_is_in(app: &TestApp, ev: &str, fillers: &[String], last: &str) {
+/// waits; none of the fillers, polling as told, may be taken for gone meanwhile.
+async fn open_for_all(app: &TestApp, ev: &str, fillers: &[String]) {
     app.update_event(
         ev,
         json!({"admit_per_second": 5000, "active_capacity": 5000}),
@@ -765,6 +814,12 @@ async fn open_for_all_then_last_is_in(app: &TestApp, ev: &str, fillers: &[String
         (app.get_event(ev).await["stats"]["waiting"] == 0).then_some(())
     })
     .await;
+}
+
+/// [`open_for_all`]; then `last`, who polled no more meanwhile, must have been let in, and so
+/// must all.
+async fn open_for_all_then_last_is_in(app: &TestApp, ev: &str, fillers: &[String], last: &str) {
+    open_for_all(app, ev, fillers).await;
     let r = app.poll(ev, last).await;
     assert_eq!(r.status(), StatusCode::OK, "last was taken for gone");
     let s: Value = r.json().await.unwrap();
@@ -849,6 +904,53 @@ async fn a_pause_does_not_stop_the_records_of_the_people_inside() {
     open_for_all_then_last_is_in(&app, &ev, &fillers, &last).await;
 }
 
+/// The other side of the raise: someone it takes inside who never polls after is taken for
+/// gone once the abandon bound has passed since. The raise to 5,000/s takes last (number
+/// 1,011, beyond the horizon of 1,000 when it entered, so without a record) inside at its first
+/// tick; the fillers poll as told through twice the abandon bound and last does not; the gate
+/// opens for all: the 1,010 are let in and last is not.
+#[tokio::test]
+async fn someone_the_raise_takes_inside_who_never_polls_is_taken_for_gone() {
+    let app = spawn_app().await;
+    let (ev, fillers, last) = line_of_1011(&app).await;
+    app.update_event(&ev, json!({"admit_per_second": 5000}))
+        .await;
+    until_active(&app, &ev, 5).await;
+    keep_polling(&app, &ev, &fillers, Duration::from_secs(5)).await;
+    open_for_all(&app, &ev, &fillers).await;
+    assert_error(
+        app.poll(&ev, &last).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+    assert_eq!(app.get_event(&ev).await["stats"]["active"], 1010);
+}
+
+/// The edge a raise reaches is kept when nobody is let in with it too. Five are admitted at
+/// 50/s (the room full, the edge at 1,006); the rate rises to 5,000/s (a horizon of 18,750)
+/// while no tick can let anyone in, and everyone polls, last (number 1,011) inside now; then a
+/// pause (the rate at 0, the horizon at its floor) of twice the abandon bound, everyone polling
+/// as told: on resuming last, who polls no more, is let in. Had the edge gone back to 1,006 at
+/// the pause, last's polls would have recorded nothing and the tick would take last for gone.
+#[tokio::test]
+async fn an_edge_reached_with_the_room_full_is_kept_through_a_pause() {
+    let app = spawn_app().await;
+    let (ev, fillers, last) = line_of_1011(&app).await;
+    app.update_event(&ev, json!({"admit_per_second": 50})).await;
+    until_active(&app, &ev, 5).await;
+    app.update_event(&ev, json!({"admit_per_second": 5000}))
+        .await;
+    let mut everyone = fillers.clone();
+    everyone.push(last.clone());
+    // Some ticks at the raised rate, none of which can let anyone in.
+    keep_polling(&app, &ev, &everyone, Duration::from_millis(600)).await;
+    assert_eq!(app.get_event(&ev).await["stats"]["active"], 5);
+    app.update_event(&ev, json!({"admit_per_second": 0})).await;
+    keep_polling(&app, &ev, &everyone, Duration::from_secs(5)).await;
+    open_for_all_then_last_is_in(&app, &ev, &fillers, &last).await;
+}
+
 /// How many polls found their position without a Redis command (the commands-per-poll
 /// histogram's bucket `le="0"`, `global_counter`). The recorder is the process's: nextest runs
 /// each test in a process of its own, and the test below reads it around polls of one instance.
@@ -872,15 +974,19 @@ const ABANDON_S: u64 = 600;
 
 /// A numbered event made through `app` whose line starts at number 65,001 (departure block 1
 /// ends at 65,535): one shard, so the horizon is 1,000 numbers from the boundary; admission
-/// held back.
+/// held back; abandoned after [`ABANDON_S`].
 async fn line_from_65_001(app: &TestApp) -> String {
+    line_from_65_001_with(app, json!({"abandon_after_seconds": ABANDON_S})).await
+}
+
+/// [`line_from_65_001`] with the fields of `more` in its creation body.
+async fn line_from_65_001_with(app: &TestApp, more: Value) -> String {
     let ev = unique("e");
-    app.create_event(
-        &ev,
-        json!({"line_form": "numbered", "shards": 1, "admit_per_second": 0,
-               "abandon_after_seconds": ABANDON_S}),
-    )
-    .await;
+    let mut body = json!({"line_form": "numbered", "shards": 1, "admit_per_second": 0});
+    for (k, v) in more.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    app.create_event(&ev, body).await;
     let keys = app.keys.numbered(&ev);
     let mut conn = app.redis.clone();
     let () = redis::cmd("HSET")
@@ -949,9 +1055,22 @@ async fn positions_from_the_lines_figures_are_the_scripts_positions() {
         "{from_figures} of 2,600 polls were answered from the figures (same period: {same_period})"
     );
 
+    // Leaves before the blocks' edge only (the first 535 are numbers 65,001 to 65,535), through
+    // the reference: the people past the edge stand in a block with no departure yet, whose
+    // departures before it are all the line's.
+    let leavers: Vec<usize> = (0..535).filter(|i| i % 11 == 6).collect();
+    for &i in leavers.iter().rev() {
+        assert_eq!(
+            b.leave(&ev, &line[i]).await.status(),
+            StatusCode::NO_CONTENT
+        );
+        line.remove(i);
+    }
+    assert_eq!(positions(&b, &ev, &line).await, expected(line.len()));
+
     // Leaves through this instance, on both sides of the blocks' edge (numbers 65,536 on)
     // and beyond the horizon: its next answers count them at once.
-    let leavers: Vec<usize> = (0..1300).filter(|i| i % 7 == 2).collect();
+    let leavers: Vec<usize> = (0..line.len()).filter(|i| i % 7 == 2).collect();
     for &i in leavers.iter().rev() {
         assert_eq!(
             a.leave(&ev, &line[i]).await.status(),
@@ -989,6 +1108,52 @@ async fn positions_from_the_lines_figures_are_the_scripts_positions() {
         polls_without_a_command(&c).await - before >= 150,
         "the people beyond the horizon, at least, were answered from the figures"
     );
+    // Nor did their polls through the reference's scripts record anything: the records (two
+    // bytes at offset 2n) end before the horizon's edge, number 66,001.
+    let records: u64 = redis::cmd("STRLEN")
+        .arg(&b.keys.numbered(&ev).seen)
+        .query_async(&mut b.redis.clone())
+        .await
+        .unwrap();
+    assert!(records <= 2 * 66_001, "records up to byte {records}");
+}
+
+/// Places abandoned in one tick on both sides of a departure block's edge keep every position
+/// behind them exact: the tick that takes them for gone writes the first count of departures
+/// before block 2 (numbers 65,536 on) together with the departures in it. The line starts at
+/// 65,001 (abandon 1 s: a bound of 1.25 s); 500 keep polling, the next 100 (numbers 65,501 to
+/// 65,600, 35 of them before the edge) enter and never poll, and the last 100 keep polling.
+/// The gate opens at 100,000/s with room for 500: one script judges the first 700, lets the
+/// 500 in and takes the 100 for gone, and the boundary stops on a departed number. The last 100
+/// wait at places 1 to 100, and the line counts 100 waiting.
+#[tokio::test]
+async fn places_abandoned_across_a_blocks_edge_in_one_tick_keep_the_positions_exact() {
+    let prefix = unique("t");
+    // A script for every poll: the positions are the scripts'.
+    let app = instance_keeping_figures(&prefix, 0).await;
+    // Created with its abandon time: the records' period is fixed with the line.
+    let ev = line_from_65_001_with(
+        &app,
+        json!({"abandon_after_seconds": 1, "active_capacity": 500}),
+    )
+    .await;
+    let first = entered_in_order(&app, &ev, "first", 500).await;
+    let silent = entered_in_order(&app, &ev, "silent", 100).await;
+    let last = entered_in_order(&app, &ev, "last", 100).await;
+    let mut polling = first.clone();
+    polling.extend(last.iter().cloned());
+    keep_polling(&app, &ev, &polling, Duration::from_millis(2000)).await;
+    app.update_event(&ev, json!({"admit_per_second": 100000}))
+        .await;
+    until_active(&app, &ev, 500).await;
+    assert_eq!(
+        positions(&app, &ev, &last).await,
+        (1..=100).collect::<Vec<u64>>()
+    );
+    assert_eq!(app.get_event(&ev).await["stats"]["waiting"], 100);
+    for t in &silent {
+        assert_error(app.poll(&ev, t).await, StatusCode::NOT_FOUND, "not_found").await;
+    }
 }
 
 /// docs/operations.md, "Free what is finished", on a numbered line: once the keys of the
@@ -1076,12 +1241,22 @@ async fn figures_round(
 /// Users `u0`..`u<count>` enter `ev` through `app`, 100 at a time: each one's position and
 /// ticket, in no particular order.
 async fn enter_by_hundreds(app: &TestApp, ev: &str, count: usize) -> Vec<(u64, String)> {
+    enter_named_by_hundreds(app, ev, "u", count).await
+}
+
+/// [`enter_by_hundreds`] for users `<name>0`..`<name><count>`.
+async fn enter_named_by_hundreds(
+    app: &TestApp,
+    ev: &str,
+    name: &str,
+    count: usize,
+) -> Vec<(u64, String)> {
     let mut entered = Vec::new();
     for chunk in (0..count).collect::<Vec<_>>().chunks(100) {
         let answers = join_all(
             chunk
                 .iter()
-                .map(|i| async move { app.enter_ok(ev, &format!("u{i}")).await }),
+                .map(|i| async move { app.enter_ok(ev, &format!("{name}{i}")).await }),
         )
         .await;
         for s in answers {
@@ -1094,6 +1269,14 @@ async fn enter_by_hundreds(app: &TestApp, ev: &str, count: usize) -> Vec<(u64, S
 /// The tickets of users `u0`..`u<count>`, entered as [`enter_by_hundreds`] enters them.
 async fn tickets_entered(app: &TestApp, ev: &str, count: usize) -> Vec<String> {
     let entered = enter_by_hundreds(app, ev, count).await;
+    entered.into_iter().map(|(_, t)| t).collect()
+}
+
+/// The tickets of users `<name>0`..`<name><count>`, entered a hundred at a time, in the order
+/// of the places their enters answered.
+async fn entered_in_order(app: &TestApp, ev: &str, name: &str, count: usize) -> Vec<String> {
+    let mut entered = enter_named_by_hundreds(app, ev, name, count).await;
+    entered.sort();
     entered.into_iter().map(|(_, t)| t).collect()
 }
 
