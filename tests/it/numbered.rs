@@ -1007,6 +1007,28 @@ async fn line_from_65_001_with(app: &TestApp, more: Value) -> String {
     ev
 }
 
+/// The people of `line` at the places below `upto` (indices from 0) that are `at` modulo
+/// `every` leave through `app`, and are taken out of `line`.
+async fn leave_some(
+    app: &TestApp,
+    ev: &str,
+    line: &mut Vec<String>,
+    upto: usize,
+    every: usize,
+    at: usize,
+) {
+    let leavers: Vec<usize> = (0..upto.min(line.len()))
+        .filter(|i| i % every == at)
+        .collect();
+    for &i in leavers.iter().rev() {
+        assert_eq!(
+            app.leave(ev, &line[i]).await.status(),
+            StatusCode::NO_CONTENT
+        );
+        line.remove(i);
+    }
+}
+
 /// Positions computed by the service from the line's figures (src/queue/snapshot.rs) are the
 /// scripts' exact positions: across a departure block's edge, for people near the front whose
 /// record is current and for people beyond the horizon, right after leaves through the same
@@ -1058,38 +1080,17 @@ async fn positions_from_the_lines_figures_are_the_scripts_positions() {
     // Leaves before the blocks' edge only (the first 535 are numbers 65,001 to 65,535), through
     // the reference: the people past the edge stand in a block with no departure yet, whose
     // departures before it are all the line's.
-    let leavers: Vec<usize> = (0..535).filter(|i| i % 11 == 6).collect();
-    for &i in leavers.iter().rev() {
-        assert_eq!(
-            b.leave(&ev, &line[i]).await.status(),
-            StatusCode::NO_CONTENT
-        );
-        line.remove(i);
-    }
+    leave_some(&b, &ev, &mut line, 535, 11, 6).await;
     assert_eq!(positions(&b, &ev, &line).await, expected(line.len()));
 
     // Leaves through this instance, on both sides of the blocks' edge (numbers 65,536 on)
     // and beyond the horizon: its next answers count them at once.
-    let leavers: Vec<usize> = (0..line.len()).filter(|i| i % 7 == 2).collect();
-    for &i in leavers.iter().rev() {
-        assert_eq!(
-            a.leave(&ev, &line[i]).await.status(),
-            StatusCode::NO_CONTENT
-        );
-        line.remove(i);
-    }
+    leave_some(&a, &ev, &mut line, usize::MAX, 7, 2).await;
     assert_eq!(positions(&a, &ev, &line).await, expected(line.len()));
 
     // Leaves through the other instances: the reference counts them at once, an instance
     // keeping figures for the default age within that age.
-    let leavers: Vec<usize> = (0..line.len()).filter(|i| i % 5 == 1).collect();
-    for &i in leavers.iter().rev() {
-        assert_eq!(
-            b.leave(&ev, &line[i]).await.status(),
-            StatusCode::NO_CONTENT
-        );
-        line.remove(i);
-    }
+    leave_some(&b, &ev, &mut line, usize::MAX, 5, 1).await;
     assert_eq!(positions(&b, &ev, &line).await, expected(line.len()));
     positions(&c, &ev, &line).await;
     eventually(
