@@ -639,10 +639,7 @@ async fn while_the_guard_holds_on_the_numbered_line_people_who_polled_keep_their
     tokio::time::sleep(Duration::from_millis(2000)).await;
     app.update_event(&ev, json!({"admit_per_second": 100000}))
         .await;
-    eventually(Duration::from_secs(10), "the 1,000 admitted", || async {
-        (app.get_event(&ev).await["stats"]["active"] == 1000).then_some(())
-    })
-    .await;
+    until_active(&app, &ev, 1000).await;
     let polled = standings(&app, &ev, &entered).await;
     assert!(
         polled.values().all(|(status, _)| status == "admitted"),
@@ -737,10 +734,7 @@ async fn the_numbered_lines_guard_holds_when_fewer_than_half_were_seen_lately() 
     let (ev, once, fresh) = guard_sale(&app, 0, 0, 55, 45).await;
     let mut everyone = once.clone();
     everyone.extend(fresh);
-    eventually(Duration::from_secs(10), "all 100 admitted", || async {
-        (app.get_event(&ev).await["stats"]["active"] == 100).then_some(())
-    })
-    .await;
+    until_active(&app, &ev, 100).await;
     let polled = standings(&app, &ev, &everyone).await;
     assert!(
         polled.values().all(|(status, _)| status == "admitted"),
