@@ -370,7 +370,7 @@ async fn an_undo_never_takes_back_a_mark_a_repeated_confirmation_has_seen() {
     )
     .await;
     let show = unique("s");
-    app.create_show(&show, json!({"event": ev, "rows": "A", "seats_per_row": 4}))
+    app.create_show(&show, json!({"event": ev, "rows": "A", "seats_per_row": 6}))
         .await;
     let scripts = Scripts::new();
     let k = app.keys.show(&show);
@@ -389,9 +389,12 @@ async fn an_undo_never_takes_back_a_mark_a_repeated_confirmation_has_seen() {
             all.values().filter(|v| **v == mark).count()
         }
     };
-    // Two buyers, two seats each; the first one's confirmation is repeated, the second's not.
+    // Three buyers, two seats each; the first one's confirmation is repeated, the others' not.
     let mut holds = Vec::new();
-    for (i, seats) in [["A-1", "A-2"], ["A-3", "A-4"]].iter().enumerate() {
+    for (i, seats) in [["A-1", "A-2"], ["A-3", "A-4"], ["A-5", "A-6"]]
+        .iter()
+        .enumerate()
+    {
         let token = app.admitted(&ev, &format!("buyer-{i}")).await;
         let hold = hold(&app, &show, &token, &seats.map(String::from))
             .await
@@ -453,6 +456,42 @@ async fn an_undo_never_takes_back_a_mark_a_repeated_confirmation_has_seen() {
     assert_eq!(unbook(alone, "other").await, 2, "another attempt's undo");
     assert_eq!(unbook(alone, "only").await, 1, "its own undo");
     assert_eq!(seats_of(alone).await, 0, "the seats went back to the hold");
+    // Undone, the hold is as it was before the mark: its seats its own, the show's and the
+    // ticket's counts back, lapsing at its own expiry again, and no intent (else the sweeper
+    // would publish a booking whose buyer was told it failed).
+    let states: Vec<Option<String>> =
+        redis::AsyncCommands::hmget(&mut conn, &k.seats, &["A-3", "A-4"])
+            .await
+            .unwrap();
+    let held = Some(format!("h:{alone}"));
+    assert_eq!(states, [held.clone(), held]);
+    let sold: i64 = redis::AsyncCommands::hget(&mut conn, &k.info, "sold")
+        .await
+        .unwrap();
+    assert_eq!(sold, 2, "only the repeated booking's seats are sold");
+    let taken: Option<i64> =
+        redis::AsyncCommands::hget(&mut conn, &k.holdrec, format!("taken:{ticket}"))
+            .await
+            .unwrap();
+    assert_eq!(
+        taken.unwrap_or(0),
+        0,
+        "the ticket's cap counts nothing booked"
+    );
+    let raw: String = redis::AsyncCommands::hget(&mut conn, &k.holdrec, alone)
+        .await
+        .unwrap();
+    let expires = serde_json::from_str::<Value>(&raw).unwrap()["expires"]
+        .as_f64()
+        .unwrap();
+    let lapses: Option<f64> = redis::AsyncCommands::zscore(&mut conn, &k.holds, alone)
+        .await
+        .unwrap();
+    assert_eq!(lapses, Some(expires), "the hold lapses at its expiry again");
+    let intent: Option<f64> = redis::AsyncCommands::zscore(&mut conn, &k.intents, alone)
+        .await
+        .unwrap();
+    assert_eq!(intent, None, "an undone booking leaves no intent");
     assert_eq!(unbook(alone, "only").await, 0, "nothing left to undo");
 
     // The sweeper is the other party that can publish a booking while its attempt still runs
@@ -478,4 +517,27 @@ async fn an_undo_never_takes_back_a_mark_a_repeated_confirmation_has_seen() {
         "the late attempt undid a published booking"
     );
     assert_eq!(seats_of(alone).await, 2);
+
+    // An undo gives back only the seats its booking marked: one that reconciliation gave to a
+    // sale the ledger holds in the meantime (what settle.lua writes) stays that sale's.
+    let (third, ticket) = &holds[2];
+    assert!(matches!(
+        book(third, ticket, "only").await,
+        BookReply::Marked(_)
+    ));
+    let () = redis::AsyncCommands::hset(&mut conn, &k.seats, "A-6", "s:a-sale-of-the-ledger")
+        .await
+        .unwrap();
+    assert_eq!(unbook(third, "only").await, 1);
+    let states: Vec<Option<String>> =
+        redis::AsyncCommands::hmget(&mut conn, &k.seats, &["A-5", "A-6"])
+            .await
+            .unwrap();
+    assert_eq!(
+        states,
+        [
+            Some(format!("h:{third}")),
+            Some("s:a-sale-of-the-ledger".into())
+        ]
+    );
 }

@@ -141,12 +141,7 @@ async fn assert_consistent(app: &TestApp, show: &str, expect_sold: usize) {
             .await
             .unwrap();
     assert_eq!(sold_in_db as usize, expect_sold);
-    let map: Value = app
-        .get(&format!("/v1/shows/{show}/seats"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let map: Value = app.seat_map(show).await;
     let sold_in_redis: HashSet<String> = map["seats"]
         .as_array()
         .unwrap()
@@ -225,12 +220,7 @@ async fn bookings_past_the_ack_timeout_are_never_undone_and_all_end_confirmed() 
         "the frozen broker caused no unknown outcome: the fault was not real"
     );
     // Nothing was undone on a guess: every seat is still sold while the broker is frozen.
-    let map: Value = app
-        .get(&format!("/v1/shows/{show}/seats"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let map: Value = app.seat_map(&show).await;
     let sold = map["seats"]
         .as_array()
         .unwrap()

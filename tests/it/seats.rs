@@ -84,6 +84,37 @@ async fn book(app: &TestApp, show: &str, token: &str, hold_id: &str) -> Response
         .unwrap()
 }
 
+/// A hold that is over (released or lapsed): booking it is 409 `hold_expired`, and releasing it
+/// is 404 (it gives nothing back a second time).
+async fn assert_hold_gone(app: &TestApp, show: &str, token: &str, hold_id: &str) {
+    assert_error(
+        book(app, show, token, hold_id).await,
+        StatusCode::CONFLICT,
+        "hold_expired",
+    )
+    .await;
+    assert_error(
+        release(app, show, token, hold_id).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+}
+
+/// Holds `body` for `token`, books the hold and waits for the ledger to confirm it: the
+/// booking's id.
+async fn bought(app: &TestApp, show: &str, token: &str, body: Value) -> String {
+    let h: Value = hold(app, show, token, body).await.json().await.unwrap();
+    let b: Value = book(app, show, token, h["hold_id"].as_str().unwrap())
+        .await
+        .json()
+        .await
+        .unwrap();
+    let id = b["booking_id"].as_str().unwrap().to_owned();
+    assert_eq!(wait_decided(app, &id).await, "confirmed");
+    id
+}
+
 async fn booking(app: &TestApp, id: &str) -> Value {
     let r = app.get(&format!("/v1/bookings/{id}")).await;
     assert_eq!(r.status(), StatusCode::OK);
@@ -100,12 +131,7 @@ async fn wait_decided(app: &TestApp, id: &str) -> String {
 }
 
 async fn seat_states(app: &TestApp, show: &str) -> HashMap<String, String> {
-    let map: Value = app
-        .get(&format!("/v1/shows/{show}/seats"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let map: Value = app.seat_map(show).await;
     map["seats"]
         .as_array()
         .unwrap()
@@ -123,12 +149,7 @@ async fn seat_states(app: &TestApp, show: &str) -> HashMap<String, String> {
 async fn a_show_is_listed_from_redis_with_every_seat_available() {
     let app = spawn_app().await;
     let (ev, show) = sale(&app, json!({"rows": "A-B", "seats_per_row": 3}), json!({})).await;
-    let map: Value = app
-        .get(&format!("/v1/shows/{show}/seats"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let map: Value = app.seat_map(&show).await;
     assert_eq!(map["event"], ev.as_str());
     assert_eq!(map["available"], 6);
     let ids: Vec<&str> = map["seats"]
@@ -220,20 +241,14 @@ async fn a_lapsed_hold_frees_its_seats_and_cannot_be_booked() {
     assert_eq!(seat_states(&app, &show).await["A-1"], "held");
     tokio::time::sleep(Duration::from_millis(1300)).await;
     assert_eq!(seat_states(&app, &show).await["A-1"], "available");
-    let r = book(&app, &show, &token, h["hold_id"].as_str().unwrap()).await;
-    assert_error(r, StatusCode::CONFLICT, "hold_expired").await;
+    assert_hold_gone(&app, &show, &token, h["hold_id"].as_str().unwrap()).await;
     // Released holds are gone too.
     let r = hold(&app, &show, &token, json!({"seats": ["A-2"]})).await;
     let h: Value = r.json().await.unwrap();
     let del = release(&app, &show, &token, h["hold_id"].as_str().unwrap()).await;
     assert_eq!(del.status(), StatusCode::NO_CONTENT);
     assert_eq!(seat_states(&app, &show).await["A-2"], "available");
-    assert_error(
-        book(&app, &show, &token, h["hold_id"].as_str().unwrap()).await,
-        StatusCode::CONFLICT,
-        "hold_expired",
-    )
-    .await;
+    assert_hold_gone(&app, &show, &token, h["hold_id"].as_str().unwrap()).await;
 }
 
 on_both_forms!(
@@ -512,18 +527,9 @@ async fn general_admission_holds_a_quantity_and_never_sells_more_than_it_has() {
         wait_decided(&app, b["booking_id"].as_str().unwrap()).await,
         "confirmed"
     );
-    let sold: i32 = sqlx::query_scalar("SELECT ga_sold FROM shows WHERE show_id = $1")
-        .bind(&show)
-        .fetch_one(&db().await)
-        .await
-        .unwrap();
+    let sold = ga_sold(&show).await;
     assert_eq!(sold, 3);
-    let map: Value = app
-        .get(&format!("/v1/shows/{show}/seats"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let map: Value = app.seat_map(&show).await;
     assert_eq!(map["available"], 2);
     assert_eq!(map["quantity"], 5);
 }
@@ -642,20 +648,7 @@ async fn a_seat_sold_again_after_redis_lost_its_mark_is_rejected_by_the_ledger_a
     let app = spawn_app().await;
     let (ev, show) = sale(&app, json!({"seats": ["A-1", "A-2", "A-3"]}), json!({})).await;
     let alice = admitted(&app, &ev, "alice").await;
-    let h: Value = hold(&app, &show, &alice, json!({"seats": ["A-1"]}))
-        .await
-        .json()
-        .await
-        .unwrap();
-    let first: Value = book(&app, &show, &alice, h["hold_id"].as_str().unwrap())
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(
-        wait_decided(&app, first["booking_id"].as_str().unwrap()).await,
-        "confirmed"
-    );
+    let first = bought(&app, &show, &alice, json!({"seats": ["A-1"]})).await;
 
     // Redis loses the sold mark (a primary lost before replicating, say).
     let seats_key = app.keys.show(&show).seats;
@@ -682,7 +675,7 @@ async fn a_seat_sold_again_after_redis_lost_its_mark_is_rejected_by_the_ledger_a
             .fetch_one(&db().await)
             .await
             .unwrap();
-    assert_eq!(owner.to_string(), first["booking_id"].as_str().unwrap());
+    assert_eq!(owner.to_string(), first);
     // The rejection put Redis back in line with the ledger.
     eventually(Duration::from_secs(5), "redis settled", || async {
         (seat_states(&app, &show).await["A-1"] == "sold").then_some(())
@@ -691,36 +684,9 @@ async fn a_seat_sold_again_after_redis_lost_its_mark_is_rejected_by_the_ledger_a
 
     // reconcile reports a drift and, with --repair, rewrites Redis from the ledger.
     let () = app.redis.clone().hset(&seats_key, "A-1", "").await.unwrap();
-    let prefix = app.keys.registry().trim_end_matches(":events").to_owned();
-    let run = |repair: bool| {
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_waitroom"));
-        cmd.arg("reconcile")
-            .env("WAITROOM_ENV", "development")
-            .env("WAITROOM_KEY_PREFIX", &prefix)
-            .env("WAITROOM_KAFKA_TOPIC", format!("{prefix}.bookings"))
-            .env("WAITROOM_KAFKA_GROUP", format!("{prefix}-ledger"))
-            .env("RUST_LOG", "error");
-        if repair {
-            cmd.arg("--repair");
-        }
-        let out = cmd.output().unwrap();
-        (
-            out.status.success(),
-            String::from_utf8(out.stdout).unwrap(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
-    let drifts = |report: &str| -> HashMap<String, Value> {
-        report
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|d| d["show"] == show.as_str())
-            .map(|d| (d["seat"].as_str().unwrap().to_owned(), d))
-            .collect()
-    };
-    let (ok, report, err) = run(false);
+    let (ok, report, err) = reconcile(&app, false);
     assert!(ok, "{err}");
-    let d = &drifts(&report)["A-1"];
+    let d = &drifts(&report, &show)["A-1"];
     assert_eq!(d["redis"], "available");
     assert_eq!(d["action"], "would repair");
     assert_eq!(
@@ -728,10 +694,13 @@ async fn a_seat_sold_again_after_redis_lost_its_mark_is_rejected_by_the_ledger_a
         "available",
         "reporting changes nothing"
     );
-    let (ok, _, err) = run(true);
+    let (ok, _, err) = reconcile(&app, true);
     assert!(ok, "{err}");
     assert_eq!(seat_states(&app, &show).await["A-1"], "sold");
-    assert!(drifts(&run(false).1).is_empty(), "no drift after repair");
+    assert!(
+        drifts(&reconcile(&app, false).1, &show).is_empty(),
+        "no drift after repair"
+    );
 
     // Two seats Redis shows sold by bookings the ledger has never seen: A-2's booking has a
     // live intent (its request is still in flight, or the sweeper is publishing it); A-3's has
@@ -756,8 +725,8 @@ async fn a_seat_sold_again_after_redis_lost_its_mark_is_rejected_by_the_ledger_a
         .hset(&k.seats, "A-3", format!("s:{lost}"))
         .await
         .unwrap();
-    let (ok, report, _) = run(true);
-    let found = drifts(&report);
+    let (ok, report, _) = reconcile(&app, true);
+    let found = drifts(&report, &show);
     assert!(
         found["A-2"]["action"]
             .as_str()
@@ -987,4 +956,438 @@ async fn releasing_a_hold_frees_only_the_seats_it_still_holds() {
         states["A-2"], "sold",
         "a seat no longer this hold's stayed as it was"
     );
+}
+
+#[tokio::test]
+async fn a_hold_answers_only_to_its_ticket_and_a_booked_one_cannot_be_released() {
+    let app = spawn_app().await;
+    let (ev, show) = sale(&app, json!({"seats": ["A-1", "A-2"]}), json!({})).await;
+    let (alice, bob) = (
+        admitted(&app, &ev, "alice").await,
+        admitted(&app, &ev, "bob").await,
+    );
+    let r = hold(&app, &show, &alice, json!({"seats": ["A-1"]})).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let h: Value = r.json().await.unwrap();
+    let id = h["hold_id"].as_str().unwrap();
+    // Another admitted buyer who learns the hold's id can neither free nor buy it.
+    assert_error(
+        release(&app, &show, &bob, id).await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    )
+    .await;
+    assert_error(
+        book(&app, &show, &bob, id).await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    )
+    .await;
+    assert_eq!(seat_states(&app, &show).await["A-1"], "held");
+    assert_eq!(
+        book(&app, &show, &alice, id).await.status(),
+        StatusCode::CREATED
+    );
+    // Booked, it is no longer a hold: its holder (admitted again, a booking ends the session)
+    // cannot release it, and the seat stays sold.
+    let alice = admitted(&app, &ev, "alice").await;
+    assert_error(
+        release(&app, &show, &alice, id).await,
+        StatusCode::CONFLICT,
+        "conflict",
+    )
+    .await;
+    assert_eq!(seat_states(&app, &show).await["A-1"], "sold");
+    // A released hold gives its seat back, once, and leaves its ticket free to hold again.
+    let r = hold(&app, &show, &alice, json!({"seats": ["A-2"]})).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let h: Value = r.json().await.unwrap();
+    let id = h["hold_id"].as_str().unwrap();
+    assert_eq!(available(&app, &show).await, 0);
+    let r = release(&app, &show, &alice, id).await;
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert_eq!(available(&app, &show).await, 1);
+    assert_eq!(seat_states(&app, &show).await["A-2"], "available");
+    assert_hold_gone(&app, &show, &alice, id).await;
+    let r = hold(&app, &show, &alice, json!({"seats": ["A-2"]})).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    assert_eq!(available(&app, &show).await, 0);
+}
+
+#[tokio::test]
+async fn a_seat_whose_hold_lapsed_can_be_held_at_once_without_waiting_for_a_sweep() {
+    let app = spawn_app().await;
+    let (ev, show) = sale(
+        &app,
+        json!({"seats": ["A-1"]}),
+        json!({"hold_ttl_seconds": 1}),
+    )
+    .await;
+    let (alice, bob) = (
+        admitted(&app, &ev, "alice").await,
+        admitted(&app, &ev, "bob").await,
+    );
+    let r = hold(&app, &show, &alice, json!({"seats": ["A-1"]})).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    // The hold lapses at most 1 s after its answer. 30 ms later, with no read of the seat map
+    // in between (a read lapses holds too), the seat is bob's to hold: the hold script lapses
+    // what is due before it looks, rather than leaving it to the leader's sweep (once a second).
+    tokio::time::sleep(Duration::from_millis(1030)).await;
+    let r = hold(&app, &show, &bob, json!({"seats": ["A-1"]})).await;
+    assert_eq!(
+        r.status(),
+        StatusCode::CREATED,
+        "{}",
+        r.text().await.unwrap()
+    );
+}
+
+#[tokio::test]
+async fn a_general_admission_hold_released_or_lapsed_gives_its_places_back_once_and_a_booked_one_never(
+) {
+    let app = spawn_app().await;
+    let (ev, show) = sale(&app, json!({"quantity": 5}), json!({"hold_ttl_seconds": 1})).await;
+    let (alice, bob) = (
+        admitted(&app, &ev, "alice").await,
+        admitted(&app, &ev, "bob").await,
+    );
+    // Released: the places come back once, and the ticket may hold again.
+    let r = hold(&app, &show, &alice, json!({"quantity": 2})).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let released: Value = r.json().await.unwrap();
+    let released = released["hold_id"].as_str().unwrap();
+    assert_eq!(available(&app, &show).await, 3);
+    let r = release(&app, &show, &alice, released).await;
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert_eq!(available(&app, &show).await, 5);
+    assert_hold_gone(&app, &show, &alice, released).await;
+    assert_eq!(available(&app, &show).await, 5);
+    // Lapsed: the same.
+    let r = hold(&app, &show, &alice, json!({"quantity": 3})).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let lapsed: Value = r.json().await.unwrap();
+    let lapsed = lapsed["hold_id"].as_str().unwrap();
+    assert_eq!(available(&app, &show).await, 2);
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    assert_eq!(
+        available(&app, &show).await,
+        5,
+        "a lapsed hold's places come back"
+    );
+    // A lapsed hold is gone: it books nothing, and releasing it gives nothing back a second time.
+    assert_hold_gone(&app, &show, &alice, lapsed).await;
+    assert_eq!(available(&app, &show).await, 5);
+    // A booked hold never lapses: its places stay taken past the hold's time.
+    let r = hold(&app, &show, &bob, json!({"quantity": 4})).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let h: Value = r.json().await.unwrap();
+    let b = book(&app, &show, &bob, h["hold_id"].as_str().unwrap()).await;
+    assert_eq!(b.status(), StatusCode::CREATED);
+    let b: Value = b.json().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    assert_eq!(
+        available(&app, &show).await,
+        1,
+        "a booked hold does not lapse"
+    );
+    assert_eq!(
+        wait_decided(&app, b["booking_id"].as_str().unwrap()).await,
+        "confirmed"
+    );
+    let sold = ga_sold(&show).await;
+    assert_eq!(sold, 4);
+}
+
+/// The general-admission places the ledger has sold in `show`.
+async fn ga_sold(show: &str) -> i32 {
+    sqlx::query_scalar("SELECT ga_sold FROM shows WHERE show_id = $1")
+        .bind(show)
+        .fetch_one(&db().await)
+        .await
+        .unwrap()
+}
+
+/// The places a show has left, as its map says.
+async fn available(app: &TestApp, show: &str) -> i64 {
+    app.seat_map(show).await["available"].as_i64().unwrap()
+}
+
+#[tokio::test]
+async fn a_hold_whose_seat_the_ledger_sold_meanwhile_books_or_lapses_without_taking_it() {
+    let app = spawn_app().await;
+    let (ev, show) = sale(
+        &app,
+        json!({"seats": ["A-1", "A-2", "A-3"]}),
+        json!({"hold_ttl_seconds": 1}),
+    )
+    .await;
+    let alice = admitted(&app, &ev, "alice").await;
+    let first = bought(&app, &show, &alice, json!({"seats": ["A-1"]})).await;
+    // Redis loses A-1's sold mark; bob holds it with A-2.
+    let k = app.keys.show(&show);
+    let () = app.redis.clone().hset(&k.seats, "A-1", "").await.unwrap();
+    let bob = admitted(&app, &ev, "bob").await;
+    let r = hold(&app, &show, &bob, json!({"seats": ["A-1", "A-2"]})).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let h: Value = r.json().await.unwrap();
+    // Reconciliation gives A-1 back to the sale the ledger holds (what `waitroom reconcile
+    // --repair` writes for a seat the ledger has sold: the test above runs it).
+    let () = app
+        .redis
+        .clone()
+        .hset(&k.seats, "A-1", format!("s:{first}"))
+        .await
+        .unwrap();
+    // Bob's hold is over: no 201 that the ledger would reject, and A-2 goes back.
+    assert_error(
+        book(&app, &show, &bob, h["hold_id"].as_str().unwrap()).await,
+        StatusCode::CONFLICT,
+        "hold_expired",
+    )
+    .await;
+    let states = seat_states(&app, &show).await;
+    assert_eq!(states["A-1"], "sold");
+    assert_eq!(states["A-2"], "available");
+    assert_eq!(states["A-3"], "available");
+    // The same again, but carol's hold lapses instead: the lapse frees only the seat still hers.
+    let () = app.redis.clone().hset(&k.seats, "A-1", "").await.unwrap();
+    let carol = admitted(&app, &ev, "carol").await;
+    let r = hold(&app, &show, &carol, json!({"seats": ["A-1", "A-3"]})).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let () = app
+        .redis
+        .clone()
+        .hset(&k.seats, "A-1", format!("s:{first}"))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let states = seat_states(&app, &show).await;
+    assert_eq!(states["A-1"], "sold");
+    assert_eq!(states["A-3"], "available");
+    let owner: uuid::Uuid =
+        sqlx::query_scalar("SELECT booking_id FROM seats WHERE show_id = $1 AND seat_id = 'A-1'")
+            .bind(&show)
+            .fetch_one(&db().await)
+            .await
+            .unwrap();
+    assert_eq!(owner.to_string(), first);
+}
+
+#[tokio::test]
+async fn general_admission_counts_agree_with_the_ledger_and_reconcile_repairs_a_drift() {
+    let app = spawn_app().await;
+    let (ev, show) = sale(&app, json!({"quantity": 5}), json!({})).await;
+    let alice = admitted(&app, &ev, "alice").await;
+    bought(&app, &show, &alice, json!({"quantity": 3})).await;
+    // Redis's count of places sold is the ledger's: reconcile finds nothing to say.
+    let (ok, report, err) = reconcile(&app, false);
+    assert!(ok, "{err}");
+    assert!(drifts(&report, &show).is_empty(), "{report}");
+    // The count drifts (two sold places lost with a primary, say): --repair writes the
+    // ledger's, and the places available move the other way.
+    let k = app.keys.show(&show);
+    let () = app
+        .redis
+        .clone()
+        .hset_multiple(&k.info, &[("sold", 1), ("available", 4)])
+        .await
+        .unwrap();
+    let (_, report, _) = reconcile(&app, false);
+    let d = &drifts(&report, &show)["#ga"];
+    assert_eq!(d["redis"], "sold:1", "{report}");
+    assert_eq!(d["ledger"], "sold:3", "{report}");
+    // Repaired once the ledger has read the whole topic (its lag is 0).
+    eventually(
+        Duration::from_secs(20),
+        "the #ga drift repaired",
+        || async {
+            let (_, report, _) = reconcile(&app, true);
+            let repaired = drifts(&report, &show)
+                .get("#ga")
+                .is_some_and(|d| d["action"] == "repaired");
+            repaired.then_some(())
+        },
+    )
+    .await;
+    assert_eq!(available(&app, &show).await, 2);
+    let sold: i64 = app.redis.clone().hget(&k.info, "sold").await.unwrap();
+    assert_eq!(sold, 3);
+    let (ok, report, err) = reconcile(&app, false);
+    assert!(ok, "{err}");
+    assert!(drifts(&report, &show).is_empty(), "{report}");
+}
+
+/// Runs `waitroom reconcile` (with `--repair` when asked) on the app's keys, topic and ledger
+/// group: (whether it exited 0, its report, its stderr).
+fn reconcile(app: &TestApp, repair: bool) -> (bool, String, String) {
+    let prefix = app.keys.registry().trim_end_matches(":events").to_owned();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_waitroom"));
+    cmd.arg("reconcile")
+        .env("WAITROOM_ENV", "development")
+        .env("WAITROOM_KEY_PREFIX", &prefix)
+        .env("WAITROOM_KAFKA_TOPIC", format!("{prefix}.bookings"))
+        .env("WAITROOM_KAFKA_GROUP", format!("{prefix}-ledger"))
+        .env("RUST_LOG", "error");
+    if repair {
+        cmd.arg("--repair");
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The drifts a reconcile report names for `show`, by seat ("#ga" for a general-admission count).
+fn drifts(report: &str, show: &str) -> HashMap<String, Value> {
+    report
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|d| d["show"] == show)
+        .map(|d| (d["seat"].as_str().unwrap().to_owned(), d))
+        .collect()
+}
+
+/// The cluster client sends a script again when a node's answer is lost (a failover, a broken
+/// connection): hold.lua run a second time with the same hold id and ticket answers the hold it
+/// made, rather than refusing the buyer for having a live hold or holding twice.
+#[tokio::test]
+async fn the_hold_script_run_again_after_a_lost_answer_holds_once() {
+    use waitroom::redis::replies::HoldReply;
+    use waitroom::redis::scripts::{with_show_keys, Scripts};
+    let app = spawn_app().await;
+    let (_, show) = sale(&app, json!({"seats": ["A-1", "A-2", "A-3"]}), json!({})).await;
+    let (scripts, k) = (Scripts::new(), app.keys.show(&show));
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let hold_id = uuid::Uuid::new_v4().to_string();
+    let mut replies = Vec::new();
+    for ticket in ["ticket-a", "ticket-a", "ticket-b"] {
+        let mut call = with_show_keys(&scripts.hold, &k);
+        call.arg(&hold_id)
+            .arg(ticket)
+            .arg(now_ms)
+            .arg(60_000)
+            .arg("")
+            .arg(4)
+            .arg("A-1")
+            .arg("A-2");
+        let reply: HoldReply = call.invoke_async(&mut app.redis.clone()).await.unwrap();
+        replies.push(reply);
+    }
+    assert_eq!(
+        replies,
+        [
+            HoldReply::Held { available: 1 },
+            HoldReply::Held { available: 1 },
+            HoldReply::Taken(vec!["A-1".into(), "A-2".into()]),
+        ]
+    );
+    let states = seat_states(&app, &show).await;
+    assert_eq!(
+        (states["A-1"].as_str(), states["A-2"].as_str()),
+        ("held", "held")
+    );
+    assert_eq!(available(&app, &show).await, 1);
+}
+
+/// settle.lua, the script that writes the ledger's verdicts into Redis, run directly: it changes
+/// only what the ledger decided, and keeps the show's counts with the seats.
+#[tokio::test]
+async fn settling_writes_only_the_ledgers_verdicts_and_keeps_the_counts() {
+    let app = spawn_app().await;
+    let (_, show) = sale(
+        &app,
+        json!({"seats": ["A-1", "A-2", "A-3", "A-4"]}),
+        json!({}),
+    )
+    .await;
+    let k = app.keys.show(&show);
+    let mut conn = app.redis.clone();
+    // A-1 sold to a booking the ledger rejected, A-2 sold since to another booking, A-3 free,
+    // A-4 held.
+    let () = conn
+        .hset_multiple(
+            &k.seats,
+            &[
+                ("A-1", "s:rejected"),
+                ("A-2", "s:other"),
+                ("A-4", "h:some-hold"),
+            ],
+        )
+        .await
+        .unwrap();
+    let () = conn
+        .hset_multiple(&k.info, &[("available", 1), ("sold", 2)])
+        .await
+        .unwrap();
+    // The rejection frees only what is still marked for the rejected booking.
+    let changed = settle(
+        &app,
+        &show,
+        &["#rejected", "rejected", "A-1", "", "A-2", ""],
+    )
+    .await;
+    assert_eq!(changed, 1);
+    assert_eq!(counts(&app, &show).await, (2, 1));
+    // The ledger's sales: a free seat and a held one become sold, and are counted so.
+    let changed = settle(&app, &show, &["A-3", "s:ledger-a", "A-4", "s:ledger-b"]).await;
+    assert_eq!(changed, 2);
+    assert_eq!(counts(&app, &show).await, (1, 3));
+    let states = seat_states(&app, &show).await;
+    assert_eq!(
+        ["A-1", "A-2", "A-3", "A-4"].map(|s| states[s].as_str()),
+        ["available", "sold", "sold", "sold"]
+    );
+
+    // General admission: a rejected booking's places are no longer sold (nor offered again);
+    // the `sold` repair is a compare-and-set that refuses while a booking is in flight or when
+    // `sold` moved since it was read.
+    let (_, ga) = sale(&app, json!({"quantity": 5}), json!({})).await;
+    let k = app.keys.show(&ga);
+    let () = conn
+        .hset_multiple(&k.info, &[("available", 2), ("sold", 3)])
+        .await
+        .unwrap();
+    assert_eq!(settle(&app, &ga, &["#ga", "1"]).await, 0);
+    assert_eq!(counts(&app, &ga).await, (2, 2));
+    let _: i64 = conn.zadd(&k.intents, "a-hold", 1).await.unwrap();
+    assert_eq!(
+        settle(&app, &ga, &["#ga-sold", "2", "3"]).await,
+        -1,
+        "an intent"
+    );
+    let _: i64 = conn.zrem(&k.intents, "a-hold").await.unwrap();
+    assert_eq!(
+        settle(&app, &ga, &["#ga-sold", "1", "3"]).await,
+        -1,
+        "moved"
+    );
+    assert_eq!(counts(&app, &ga).await, (2, 2));
+    assert_eq!(settle(&app, &ga, &["#ga-sold", "2", "3"]).await, 1);
+    assert_eq!(counts(&app, &ga).await, (1, 3));
+}
+
+/// Runs settle.lua on `show` at time 0 (no hold lapses) with `args`.
+async fn settle(app: &TestApp, show: &str, args: &[&str]) -> i64 {
+    use waitroom::redis::scripts::{with_show_keys, Scripts};
+    let (scripts, k) = (Scripts::new(), app.keys.show(show));
+    let mut call = with_show_keys(&scripts.settle, &k);
+    call.key(&k.intents).arg(0).arg(args);
+    call.invoke_async(&mut app.redis.clone()).await.unwrap()
+}
+
+/// The show's (available, sold) counts in Redis.
+async fn counts(app: &TestApp, show: &str) -> (i64, i64) {
+    let k = app.keys.show(show);
+    let v: Vec<i64> = app
+        .redis
+        .clone()
+        .hmget(&k.info, &["available", "sold"])
+        .await
+        .unwrap();
+    (v[0], v[1])
 }

@@ -120,12 +120,7 @@ async fn a_sale_runs_end_to_end_over_tls_with_credentials_in(form: &str) {
     })
     .await;
     assert_eq!(confirmed["seats"], json!(["A-1", "A-2"]));
-    let map: Value = app
-        .get(&format!("/v1/shows/{show}/seats"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let map: Value = app.seat_map(&show).await;
     assert_eq!(map["available"], 1);
 }
 

@@ -150,6 +150,15 @@ impl TestApp {
             .unwrap()
     }
 
+    /// The public seat map of `show` (`GET /v1/shows/{show}/seats`).
+    pub async fn seat_map(&self, show: &str) -> Value {
+        self.get(&format!("/v1/shows/{show}/seats"))
+            .await
+            .json()
+            .await
+            .unwrap()
+    }
+
     /// The `/metrics` page.
     pub async fn metrics(&self) -> String {
         self.get("/metrics").await.text().await.unwrap()
