@@ -7,6 +7,7 @@
 use anyhow::Context as _;
 use clap::Parser as _;
 use waitroom::booking::consumer;
+use waitroom::booking::producer::ensure_topic;
 use waitroom::config::{Cli, Command};
 use waitroom::startup::{migrate, shutdown_on_signals, Application, Services};
 
@@ -46,6 +47,11 @@ async fn main() -> anyhow::Result<()> {
             migrate(services.db())
                 .await
                 .context("running migrations before the ledger starts")?;
+            // The topic too, so the ledger subscribes to a topic that exists (see
+            // `consumer::METADATA_REFRESH_MS` for what happens otherwise).
+            ensure_topic(&config.kafka)
+                .await
+                .context("creating the bookings topic before the ledger starts")?;
             consumer::Ledger::new(&config, services.bookings)?
                 .run(shutdown_on_signals())
                 .await

@@ -210,8 +210,8 @@ impl Application {
             let ledger = consumer::Ledger::new(&self.config, self.state.bookings.clone())?;
             let (ready, token) = (self.state.readiness.clone(), shutdown.clone());
             background.push(tokio::spawn(async move {
-                // The ledger writes to the schema: wait until it exists.
-                if !ready.wait_for_schema(&token).await {
+                // The ledger writes to the schema and reads the topic: wait until both exist.
+                if !ready.wait_for_ledger(&token).await {
                     return;
                 }
                 if let Err(e) = ledger.run(token).await {

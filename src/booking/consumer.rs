@@ -47,6 +47,14 @@ const RETRY_APPLY: ExponentialBuilder = ExponentialBuilder::new()
 /// The longest the broker may hold the ledger's fetch when nothing new is there, ms.
 const FETCH_WAIT_MS: &str = "50";
 
+/// How often the ledger asks the broker for its topic's metadata, ms. A consumer subscribed to a
+/// topic that did not exist yet learns that it does only at such a refresh, and librdkafka's
+/// default is 5 minutes: a ledger started before its topic was created (a `waitroom ledger`
+/// deployed before the first service, or one whose topic was deleted and made again) left every
+/// booking `pending` that long. It hung a CI run's loadgen test for 300 s, when the service's
+/// own ledger subscribed before its start-up had created the topic.
+const METADATA_REFRESH_MS: &str = "5000";
+
 /// How often librdkafka reports an applier's statistics, the lag among them, ms.
 const STATS_EVERY_MS: &str = "1000";
 
@@ -152,6 +160,7 @@ impl Ledger {
                 // The longest the broker may hold a fetch with nothing new: a booking can wait
                 // this long before the ledger sees it (librdkafka's default is 500 ms).
                 .set("fetch.wait.max.ms", FETCH_WAIT_MS)
+                .set("topic.metadata.refresh.interval.ms", METADATA_REFRESH_MS)
                 .set("session.timeout.ms", "6000")
                 // Also the longest a rejoin waits for the group's other members: a ledger cut
                 // off from the broker for longer than its session rejoins within this.

@@ -46,8 +46,9 @@ pub struct Readiness {
     /// A Kafka client used only for metadata requests.
     kafka: Arc<BaseProducer>,
     schema: AtomicBool,
-    schema_ready: Notify,
     topic: AtomicBool,
+    /// Told when the schema or the topic becomes ready.
+    prepared: Notify,
     /// The last answer (one probe at a time; others wait for it and share it).
     last: Mutex<Option<ReadyReport>>,
 }
@@ -60,8 +61,8 @@ impl Readiness {
             db,
             kafka,
             schema: AtomicBool::new(false),
-            schema_ready: Notify::new(),
             topic: AtomicBool::new(false),
+            prepared: Notify::new(),
             last: Mutex::new(None),
         }
     }
@@ -69,19 +70,23 @@ impl Readiness {
     /// The migrations have been applied.
     pub fn mark_schema_ready(&self) {
         self.schema.store(true, Ordering::Release);
-        self.schema_ready.notify_waiters();
+        self.prepared.notify_waiters();
     }
 
     /// The bookings topic exists.
     pub fn mark_topic_ready(&self) {
         self.topic.store(true, Ordering::Release);
+        self.prepared.notify_waiters();
     }
 
-    /// Waits until the migrations have been applied; false when `shutdown` came first.
-    pub async fn wait_for_schema(&self, shutdown: &CancellationToken) -> bool {
+    /// Waits until what the ledger needs is there: the migrations applied (it writes to the
+    /// schema) and the bookings topic created (a consumer subscribed to a topic that does not
+    /// exist yet learns of it only at its next metadata refresh, see
+    /// [`crate::booking::consumer`]). False when `shutdown` came first.
+    pub async fn wait_for_ledger(&self, shutdown: &CancellationToken) -> bool {
         loop {
-            let notified = self.schema_ready.notified();
-            if self.schema.load(Ordering::Acquire) {
+            let notified = self.prepared.notified();
+            if self.schema.load(Ordering::Acquire) && self.topic.load(Ordering::Acquire) {
                 return true;
             }
             tokio::select! {

@@ -65,6 +65,57 @@ fn decided(stats: &LedgerStats) -> u64 {
     stats.decided.load(Ordering::Relaxed)
 }
 
+/// A ledger started before its bookings topic exists (a `waitroom ledger` deployed before the
+/// first service, or one that subscribed in the same second as a service creating the topic)
+/// decides what is published once the topic is there. librdkafka learns of a subscribed topic
+/// created after the subscription only at its next metadata refresh, 5 minutes unless the ledger
+/// asks for sooner: the bookings stayed `pending` that long, and a CI run's loadgen test hung.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_ledger_started_before_its_topic_exists_decides_the_bookings_published_to_it() {
+    waitroom::telemetry::init_tracing();
+    let prefix = unique("t");
+    let cfg = test_config(&prefix);
+    let (_, secret) = cfg.secrets().unwrap();
+    let services = Services::connect(&cfg, &secret).await.unwrap();
+    migrate(services.db()).await.unwrap();
+    let show = format!("{prefix}s");
+    let seats = ["A-1".to_owned(), "A-2".to_owned()];
+    upsert_show(services.db(), &show, &prefix, &seats, None)
+        .await
+        .unwrap();
+
+    let ledger = Ledger::new(&cfg, Arc::clone(&services.bookings)).unwrap();
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(ledger.run(stop.clone()));
+    // Long enough for the ledger to join its group and be told its topic does not exist.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    ensure_topic(&cfg.kafka).await.unwrap();
+    let booking = BookingMessage {
+        booking_id: Uuid::new_v4().to_string(),
+        show: show.clone(),
+        event: prefix.clone(),
+        ticket: Uuid::new_v4().to_string(),
+        seats: seats.to_vec(),
+        quantity: 0,
+        mac: String::new(),
+    }
+    .signed(services.queue.signer());
+    let id = Uuid::parse_str(&booking.booking_id).unwrap();
+    let producer = BookingProducer::new(&cfg.kafka).unwrap();
+    publish(&producer, &[booking]).await;
+    // Bounded well below librdkafka's 5 minutes, above the ledger's refresh and a group join.
+    wait_decided(services.db(), &[id], Duration::from_secs(45)).await;
+    let status: String = sqlx::query_scalar("SELECT status FROM bookings WHERE booking_id = $1")
+        .bind(id)
+        .fetch_one(services.db())
+        .await
+        .unwrap();
+    assert_eq!(status, "confirmed");
+    stop.cancel();
+    run.await.unwrap().unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_appliers_on_three_partitions_decide_every_booking_once_and_sell_no_seat_twice() {
     waitroom::telemetry::init_tracing();
