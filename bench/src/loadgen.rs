@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
+use futures::StreamExt as _;
 use hdrhistogram::Histogram;
 use http::{Method, Request, Uri};
 use http_body_util::Full;
@@ -226,6 +227,9 @@ pub struct EtaError {
 const FOLLOW_EVERY: Duration = Duration::from_millis(25);
 /// How long it asks before giving up (the audit then counts the booking as not confirmed).
 const FOLLOW_FOR: Duration = Duration::from_secs(30);
+
+/// How long the audit after the run waits for every booking's decision, all together.
+const AUDIT_FOR: Duration = Duration::from_secs(60);
 
 /// Time from a booking's 201 to its `confirmed`, as the buyer saw it (polled every 25 ms).
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -1009,29 +1013,34 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<LoadReport> {
     let peak_memory = ctx.peak_memory.load(std::sync::atomic::Ordering::Relaxed);
     let errors_after = position_errors(&http, &args.url).await;
 
-    // The audit: every 201 followed to its decision; seats in two confirmed bookings.
+    // The audit: every 201 followed to its decision; seats in two confirmed bookings. One
+    // deadline for all of them, followed side by side: a ledger that decides nothing makes the
+    // report count them not confirmed within a minute, not a minute per booking.
     let bookings = std::mem::take(&mut ctx.stats.lock().expect("stats").bookings);
     let (mut confirmed, mut not_confirmed) = (0u64, 0u64);
     let mut sold: HashMap<String, u64> = HashMap::new();
-    for (id, picks) in &bookings {
-        let decided = tokio::time::timeout(Duration::from_secs(60), async {
-            loop {
-                if let Ok(r) = http
-                    .get(format!("{}/v1/bookings/{id}", args.url))
-                    .send()
-                    .await
-                {
-                    if let Ok(b) = r.json::<Value>().await {
-                        if b["status"] != "pending" {
-                            return b["status"].as_str().unwrap_or_default().to_owned();
+    let audit_until = tokio::time::Instant::now() + AUDIT_FOR;
+    let decisions: Vec<String> = futures::stream::iter(&bookings)
+        .map(|(id, _)| {
+            let (http, url) = (&http, &args.url);
+            tokio::time::timeout_at(audit_until, async move {
+                loop {
+                    if let Ok(r) = http.get(format!("{url}/v1/bookings/{id}")).send().await {
+                        if let Ok(b) = r.json::<Value>().await {
+                            if b["status"] != "pending" {
+                                return b["status"].as_str().unwrap_or_default().to_owned();
+                            }
                         }
                     }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            })
         })
-        .await
-        .unwrap_or_else(|_| "pending".into());
+        .buffered(16)
+        .map(|decided| decided.unwrap_or_else(|_| "pending".into()))
+        .collect()
+        .await;
+    for ((_, picks), decided) in bookings.iter().zip(decisions) {
         if decided == "confirmed" {
             confirmed += 1;
             for s in picks {
