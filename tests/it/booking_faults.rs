@@ -5,7 +5,7 @@
 //! seat is in two confirmed bookings, no seat stays sold without a booking the ledger decided.
 
 use std::collections::{HashMap, HashSet};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -266,7 +266,7 @@ async fn a_service_killed_between_marking_seats_and_the_ack_leaves_nothing_stuck
     app.stop().await;
     // The buyers confirm through a separate service process while the broker is frozen.
     let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_waitroom"))
+    let mut child = crate::common::procs::dies_with_test(env!("CARGO_BIN_EXE_waitroom"))
         .arg("serve")
         .env("WAITROOM_ENV", "development")
         .env("WAITROOM_HTTP_ADDR", format!("127.0.0.1:{port}"))

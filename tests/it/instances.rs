@@ -1,7 +1,7 @@
 //! Several service processes on one cluster: one admits at a time; when it is killed the
 //! other takes over, and nobody is admitted twice.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use redis::AsyncCommands as _;
@@ -31,7 +31,7 @@ impl Drop for Instance {
 
 fn start(prefix: &str, id: &str) -> Instance {
     let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_waitroom"))
+    let child = crate::common::procs::dies_with_test(env!("CARGO_BIN_EXE_waitroom"))
         .arg("serve")
         .env("WAITROOM_ENV", "development")
         .env("WAITROOM_HTTP_ADDR", format!("127.0.0.1:{port}"))

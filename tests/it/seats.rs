@@ -788,7 +788,7 @@ async fn the_ledger_killed_mid_batch_and_restarted_decides_each_booking_exactly_
         .unwrap();
 
     let start_ledger = || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_waitroom"))
+        crate::common::procs::dies_with_test(env!("CARGO_BIN_EXE_waitroom"))
             .arg("ledger")
             .env("WAITROOM_ENV", "development")
             .env("WAITROOM_KEY_PREFIX", &prefix)
@@ -1259,10 +1259,7 @@ async fn the_hold_script_run_again_after_a_lost_answer_holds_once() {
     let app = spawn_app().await;
     let (_, show) = sale(&app, json!({"seats": ["A-1", "A-2", "A-3"]}), json!({})).await;
     let (scripts, k) = (Scripts::new(), app.keys.show(&show));
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
+    let now_ms = waitroom::queue::now_ms();
     let hold_id = uuid::Uuid::new_v4().to_string();
     let mut replies = Vec::new();
     for ticket in ["ticket-a", "ticket-a", "ticket-b"] {

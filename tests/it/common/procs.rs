@@ -11,10 +11,32 @@ pub struct RedisProcs {
     dir: PathBuf,
 }
 
+/// `program` as a child that dies with the test process: started through util-linux's
+/// `setpriv --pdeathsig KILL`, which execs it with a parent-death signal. A test that nextest
+/// ends at its timeout is killed, so its `Drop`s never stop what it started: one such `waitroom
+/// serve` ran on for 80 minutes, through two CI runs, competing for the 2 cores. Without
+/// setpriv, the plain command. (The signal follows the thread that started the child; tests
+/// start theirs from the test body or runtime workers, which live as long as the test.)
+pub fn dies_with_test(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    static SETPRIV: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let setpriv = *SETPRIV.get_or_init(|| {
+        Command::new("setpriv")
+            .args(["--pdeathsig", "KILL", "--", "true"])
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    if !setpriv {
+        return Command::new(program);
+    }
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--pdeathsig", "KILL", "--"]).arg(program);
+    cmd
+}
+
 fn start_node(dir: &std::path::Path, port: u16, cluster: bool) -> Child {
     let d = dir.join(port.to_string());
     std::fs::create_dir_all(&d).unwrap();
-    let mut cmd = Command::new("redis-server");
+    let mut cmd = dies_with_test("redis-server");
     cmd.args([
         "--port",
         &port.to_string(),
@@ -398,7 +420,7 @@ impl Broker {
     pub fn restart(&mut self) {
         let url = format!("tcp://127.0.0.1:{}", self.port);
         let advertised = format!("tcp://127.0.0.1:{}", self.advertised);
-        let child = Command::new(tansu_bin())
+        let child = dies_with_test(tansu_bin())
             .arg("broker")
             .args([
                 "--listener-url",
