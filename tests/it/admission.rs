@@ -599,7 +599,12 @@ async fn a_move_past_its_lease_or_run_twice_admits_nobody_more() {
     let k = app.keys.shard(&tag);
     let now_ms = wall_ms() as u64;
     let conn = app.redis.clone();
-    let admit = |count: u32, fence: String, op: &'static str, active: String| {
+    // `bound`: the last member the scheduler chose (its score and name), or none.
+    let admit = |count: u32,
+                 bound: (&'static str, &'static str),
+                 fence: String,
+                 op: &'static str,
+                 active: String| {
         let (scripts, k, mut conn) = (&scripts, &k, conn.clone());
         async move {
             scripts
@@ -611,8 +616,8 @@ async fn a_move_past_its_lease_or_run_twice_admits_nobody_more() {
                 .key(&k.op)
                 .key(&k.horizon)
                 .arg(count)
-                .arg("")
-                .arg("")
+                .arg(bound.0)
+                .arg(bound.1)
                 .arg(now_ms)
                 .arg(0)
                 .arg(0)
@@ -631,9 +636,15 @@ async fn a_move_past_its_lease_or_run_twice_admits_nobody_more() {
         }
     };
     // Fenced: the lease lapsed a second ago by the shard's own clock.
-    let late = admit(3, (now_ms - 1000).to_string(), "op-1", k.active.clone())
-        .await
-        .unwrap();
+    let late = admit(
+        3,
+        ("", ""),
+        (now_ms - 1000).to_string(),
+        "op-1",
+        k.active.clone(),
+    )
+    .await
+    .unwrap();
     assert_eq!(late.refused, Some(AdmitRefusal::Fenced));
     assert!(late.members.is_empty());
     assert_eq!(
@@ -643,11 +654,11 @@ async fn a_move_past_its_lease_or_run_twice_admits_nobody_more() {
     );
     // Within the fence: three move; the same operation again moves nobody more.
     let fence = (now_ms + 60_000).to_string();
-    let first = admit(3, fence.clone(), "op-2", k.active.clone())
+    let first = admit(3, ("", ""), fence.clone(), "op-2", k.active.clone())
         .await
         .unwrap();
     assert_eq!(first.members, ["p0", "p1", "p2"]);
-    let again = admit(3, fence.clone(), "op-2", k.active.clone())
+    let again = admit(3, ("", ""), fence.clone(), "op-2", k.active.clone())
         .await
         .unwrap();
     assert_eq!(again.refused, Some(AdmitRefusal::AlreadyRan));
@@ -658,19 +669,34 @@ async fn a_move_past_its_lease_or_run_twice_admits_nobody_more() {
         "a retried move admitted a second batch"
     );
     assert_eq!(app.active_tickets(&ev).await.len(), 3);
+    // The scheduler chose p3 to p5 of this shard (so its bound is p5), and then p3 left: the
+    // move takes p4 and p5, and not p6, who stands behind people of other shards the tick let
+    // in before p5.
+    let _: i64 = redis::AsyncCommands::zrem(&mut app.redis.clone(), &k.waiting, "p3")
+        .await
+        .unwrap();
+    let bounded = admit(3, ("5", "p5"), fence.clone(), "op-4", k.active.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        bounded.members,
+        ["p4", "p5"],
+        "a bounded move admits nobody past its bound"
+    );
+    assert_eq!(waiting(&app).await, 4);
     // A wrong-typed active set: the script refuses before its first write.
     let bad_active = format!("{}:bad", k.active);
     let _: () = redis::AsyncCommands::set(&mut app.redis.clone(), &bad_active, "x")
         .await
         .unwrap();
-    let refused = admit(3, fence, "op-3", bad_active).await;
+    let refused = admit(3, ("", ""), fence.clone(), "op-3", bad_active).await;
     assert!(
         refused.is_err_and(|e| e.to_string().contains("WRONGTYPE")),
         "a wrong type is refused"
     );
     assert_eq!(
         waiting(&app).await,
-        7,
+        4,
         "a refused move took nobody from the line"
     );
 }
@@ -847,4 +873,66 @@ async fn people_beyond_the_horizon_write_nothing_and_are_still_found_gone_at_the
     let active = app.active_tickets(&ev).await;
     assert_eq!(active.len(), 1201, "the 1,200 and the polling one");
     assert!(!active.contains(&member(&silent)));
+}
+
+/// Whatever the strategy, admission lets in the people still polling and removes the abandoned
+/// (last seen longer ago than the event's abandon time), never admits them. The merging
+/// strategies judge them as they read the shards' heads (`shard_heads.lua`); round-robin
+/// (`statistical`) reads no heads, so there `admit.lua` judges them itself.
+#[tokio::test]
+async fn every_strategy_admits_the_people_still_polling_and_removes_the_abandoned() {
+    let app = spawn_app().await;
+    for strategy in ["global_counter", "timestamp", "statistical", "hybrid"] {
+        let ev = unique("e");
+        app.create_event(
+            &ev,
+            json!({"shards": 1, "admit_per_second": 0, "active_capacity": 1000,
+                   "abandon_after_seconds": 60, "strategy": strategy}),
+        )
+        .await;
+        let tag = app.shard_tags(&ev).await.remove(0);
+        let now = wall_ms();
+        let mut polling = std::collections::HashSet::new();
+        for i in 0..30u32 {
+            let member = format!("p{i:02}");
+            // Every third one last polled 200 s ago: gone.
+            let gone = i % 3 == 1;
+            let seen = if gone { now - 200_000.0 } else { now };
+            place(&app, &tag, &member, f64::from(1 + i), Some(seen)).await;
+            if !gone {
+                polling.insert(member);
+            }
+        }
+        app.update_event(&ev, json!({"admit_per_second": 1000}))
+            .await;
+        line_emptied(&app, &tag).await;
+        assert_eq!(app.active_tickets(&ev).await, polling, "{strategy}");
+    }
+}
+
+/// Entries that never polled do not count towards the overload guard: 150 of them (as a surge
+/// of fresh arrivals would be) beside 61 people who polled, one of whom went quiet 200 s ago,
+/// leave the guard off (61 who polled are too few to tell), and the quiet one is taken for gone
+/// at the normal bound instead of being admitted under the guard's longer one.
+#[tokio::test]
+async fn entries_that_never_polled_do_not_switch_the_guard_on_for_those_who_did() {
+    let app = spawn_app().await;
+    let (ev, tag) = one_shard_line(&app, 100_000).await;
+    let now = wall_ms();
+    place(&app, &tag, "quiet", 1.0, Some(now - 200_000.0)).await;
+    let mut admitted = std::collections::HashSet::new();
+    for i in 0..60u32 {
+        let member = format!("polled-{i:02}");
+        place(&app, &tag, &member, f64::from(2 + i), Some(now)).await;
+        admitted.insert(member);
+    }
+    for i in 0..150u32 {
+        let member = format!("entry-{i:03}");
+        place(&app, &tag, &member, f64::from(100 + i), Some(-now)).await;
+        admitted.insert(member);
+    }
+    app.update_event(&ev, json!({"admit_per_second": 1000}))
+        .await;
+    line_emptied(&app, &tag).await;
+    assert_eq!(app.active_tickets(&ev).await, admitted);
 }

@@ -198,6 +198,51 @@ async fn re_entering_returns_the_same_ticket_and_never_a_worse_position() {
     assert!(again["access_token"].is_null());
 }
 
+/// Someone admitted who enters again (a refreshed page, a second tab) keeps the session: the
+/// answer is `admitted`, with the same admission time and a token, and takes no place in the
+/// line behind the people still waiting.
+#[tokio::test]
+async fn entering_again_while_admitted_keeps_the_session_and_takes_no_place() {
+    let app = spawn_app().await;
+    let ev = unique("e");
+    app.create_event(
+        &ev,
+        json!({"shards": 2, "admit_per_second": 1000, "active_capacity": 1}),
+    )
+    .await;
+    let ticket = app.enter_ok(&ev, "alice").await["ticket"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let admitted = crate::common::eventually(
+        std::time::Duration::from_secs(10),
+        "alice admitted",
+        || async {
+            let s = app.poll_ok(&ev, &ticket).await;
+            (s["status"] == "admitted").then_some(s)
+        },
+    )
+    .await;
+    // Capacity 1: these wait behind her session.
+    for i in 0..3 {
+        app.enter_ok(&ev, &format!("u{i}")).await;
+    }
+    let again = app.enter_ok(&ev, "alice").await;
+    assert_eq!(again["status"], "admitted", "{again}");
+    assert_eq!(again["ticket"], ticket.as_str());
+    assert_eq!(again["admitted_at_ms"], admitted["admitted_at_ms"]);
+    assert!(again["access_token"].is_string());
+    assert_eq!(
+        app.active_tickets(&ev).await,
+        std::collections::HashSet::from([member(&ticket)])
+    );
+    assert_eq!(
+        app.waiting_members(&ev).await.len(),
+        3,
+        "she took no place in the line"
+    );
+}
+
 #[tokio::test]
 async fn leaving_removes_the_ticket_and_closes_the_gap() {
     let app = spawn_app().await;
