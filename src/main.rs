@@ -47,11 +47,13 @@ async fn main() -> anyhow::Result<()> {
             migrate(services.db())
                 .await
                 .context("running migrations before the ledger starts")?;
-            // The topic too, so the ledger subscribes to a topic that exists (see
-            // `consumer::METADATA_REFRESH_MS` for what happens otherwise).
-            ensure_topic(&config.kafka)
-                .await
-                .context("creating the bookings topic before the ledger starts")?;
+            // The topic too, so the ledger subscribes to a topic that exists. Not fatal: a
+            // broker whose ACLs refuse this user CreateTopics may still hold the topic, and a
+            // topic made later is found by the ledger's metadata refresh within seconds
+            // (`consumer::METADATA_REFRESH_MS`).
+            if let Err(e) = ensure_topic(&config.kafka).await {
+                tracing::warn!(error = %e, "could not create the bookings topic; the ledger subscribes anyway");
+            }
             consumer::Ledger::new(&config, services.bookings)?
                 .run(shutdown_on_signals())
                 .await
