@@ -256,6 +256,25 @@ pub struct RedisConfig {
         default_value_t = 100_000.0
     )]
     pub node_ops_capacity: f64,
+    /// The memory guard: while any primary's `used_memory` is at or above this percentage of
+    /// its `maxmemory`, the enter of someone not yet in a line answers 503 `unavailable`, so
+    /// that a line filling Redis leaves the rest (admission, polls, holds, bookings) room to
+    /// write ([`crate::redis::memory`]). 0 turns it off; nodes without `maxmemory` never count.
+    #[arg(
+        long = "redis-enter-memory-percent",
+        env = "WAITROOM_REDIS_ENTER_MEMORY_PERCENT",
+        default_value_t = 90,
+        value_parser = clap::value_parser!(u8).range(0..=100)
+    )]
+    pub enter_memory_percent: u8,
+    /// How often the memory guard reads the primaries' memory, ms.
+    #[arg(
+        long = "redis-memory-check-ms",
+        env = "WAITROOM_REDIS_MEMORY_CHECK_MS",
+        default_value_t = 1000,
+        value_parser = clap::value_parser!(u64).range(50..=60_000)
+    )]
+    pub memory_check_ms: u64,
     /// Response timeout per request, ms.
     #[arg(
         long = "redis-response-timeout-ms",

@@ -30,6 +30,7 @@ use crate::http::server::{self, ConnLimits};
 use crate::http::{self, AppState, AppStateParts};
 use crate::queue::admission::{self, Housekeeping};
 use crate::queue::Queue;
+use crate::redis::memory::MemoryGuard;
 use crate::redis::Store;
 use crate::seats::Seats;
 
@@ -66,7 +67,10 @@ impl Services {
             Queue::new(store.clone(), Signer::new(token_secret))
                 .with_score_cache(config.redis.score_cache_entries)
                 .with_number_durability(replicas, wait)
-                .with_numbered_snapshot(Duration::from_millis(config.redis.numbered_snapshot_ms)),
+                .with_numbered_snapshot(Duration::from_millis(config.redis.numbered_snapshot_ms))
+                .with_memory_guard(Arc::new(MemoryGuard::new(
+                    config.redis.enter_memory_percent,
+                ))),
         );
         let db = PgPoolOptions::new()
             .max_connections(config.db.connections)
@@ -181,6 +185,12 @@ impl Application {
             shutdown.clone(),
         )));
         background.push(tokio::spawn(crate::redis::nodes::watch(
+            self.state.queue.store().conn(),
+            self.config.redis.clone(),
+            shutdown.clone(),
+        )));
+        background.push(tokio::spawn(crate::redis::memory::watch(
+            self.state.queue.memory_guard().clone(),
             self.state.queue.store().conn(),
             self.config.redis.clone(),
             shutdown.clone(),

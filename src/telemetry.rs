@@ -120,6 +120,12 @@ pub const ACTIVE_CAPACITY: &str = "waitroom_active_capacity";
 pub const POSITION_RELATIVE_ERROR: &str = "waitroom_position_relative_error";
 /// Enters answered by this instance, by `event`.
 pub const QUEUE_ENTERED: &str = "waitroom_queue_entered_total";
+/// Enters of people not in the line that this instance turned away (503) while the memory
+/// guard was closed, by `event`.
+pub const QUEUE_TURNED_AWAY: &str = "waitroom_queue_turned_away_total";
+/// 1 while this instance's memory guard turns new people away (a Redis primary at or above
+/// `WAITROOM_REDIS_ENTER_MEMORY_PERCENT` of its `maxmemory`), else 0.
+pub const MEMORY_GUARD_CLOSED: &str = "waitroom_memory_guard_closed";
 /// Polls answered by this instance, by `event`.
 pub const QUEUE_POLLS: &str = "waitroom_queue_polls_total";
 /// Seconds one ledger batch took from its first message to its committed offsets.

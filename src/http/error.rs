@@ -17,6 +17,10 @@ use crate::telemetry;
 
 /// Seconds a client should wait before retrying after a 503.
 pub const RETRY_AFTER_UNAVAILABLE: u64 = 2;
+/// Seconds a person turned away by the memory guard should wait before entering again: memory
+/// comes back as people are admitted and leave, not within a second or two, and a crowd at the
+/// door should not spend the capacity the sale needs.
+pub const RETRY_AFTER_FULL: u64 = 30;
 
 /// An error answer of the API.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +68,10 @@ pub enum ApiError {
     /// `GET /v1/bookings/{id}` (or the same request again) tells it. Nothing is undone.
     #[error("the booking is not confirmed yet; follow it with GET /v1/bookings/{0}")]
     BookingPending(String),
+    /// 503 `unavailable` with a longer Retry-After: the waiting room takes nobody new for now
+    /// (the memory guard, [`crate::redis::memory`]).
+    #[error("the waiting room is full for now; try again later")]
+    Full,
 }
 
 impl ApiError {
@@ -81,7 +89,7 @@ impl ApiError {
             | ApiError::HoldExpired => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::Unavailable(_) | ApiError::BookingPending(_) => {
+            ApiError::Unavailable(_) | ApiError::BookingPending(_) | ApiError::Full => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
         }
@@ -101,7 +109,9 @@ impl ApiError {
             ApiError::HoldExpired => "hold_expired",
             ApiError::PayloadTooLarge => "payload_too_large",
             ApiError::RateLimited(_) => "rate_limited",
-            ApiError::Unavailable(_) | ApiError::BookingPending(_) => "unavailable",
+            ApiError::Unavailable(_) | ApiError::BookingPending(_) | ApiError::Full => {
+                "unavailable"
+            }
         }
     }
 }
@@ -119,6 +129,7 @@ impl IntoResponse for ApiError {
         let retry_after = match &self {
             ApiError::RateLimited(s) => Some(*s),
             ApiError::Unavailable(_) | ApiError::BookingPending(_) => Some(RETRY_AFTER_UNAVAILABLE),
+            ApiError::Full => Some(RETRY_AFTER_FULL),
             _ => None,
         };
         let mut resp = (self.status_code(), body).into_response();
@@ -147,6 +158,7 @@ impl From<QueueError> for ApiError {
                 tracing::error!("queue key of the wrong type persisted after repair");
                 ApiError::Unavailable("the waiting line is being repaired; try again shortly")
             }
+            QueueError::Full => ApiError::Full,
             QueueError::Redis(e) => {
                 metrics::counter!(telemetry::REDIS_UNAVAILABLE).increment(1);
                 tracing::error!(error = ?e, "redis unavailable");

@@ -465,6 +465,8 @@ pub struct EventMetrics {
     pub entered: metrics::Counter,
     /// `waitroom_queue_polls_total{event}`.
     pub polls: metrics::Counter,
+    /// `waitroom_queue_turned_away_total{event}`.
+    pub turned_away: metrics::Counter,
     /// `waitroom_redis_commands_per_poll{strategy}`, by the strategy that computed a position.
     commands_per_poll: [metrics::Histogram; 4],
     /// `waitroom_position_prefetch_total{outcome}`: used, unused, no_guess.
@@ -477,7 +479,8 @@ impl EventMetrics {
         let per_poll = |s: StrategyKind| metrics::histogram!(telemetry::COMMANDS_PER_POLL, "strategy" => s.as_str());
         EventMetrics {
             entered: metrics::counter!(telemetry::QUEUE_ENTERED, "event" => label.clone()),
-            polls: metrics::counter!(telemetry::QUEUE_POLLS, "event" => label),
+            polls: metrics::counter!(telemetry::QUEUE_POLLS, "event" => label.clone()),
+            turned_away: metrics::counter!(telemetry::QUEUE_TURNED_AWAY, "event" => label),
             commands_per_poll: [
                 per_poll(StrategyKind::GlobalCounter),
                 per_poll(StrategyKind::Timestamp),

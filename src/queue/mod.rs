@@ -34,6 +34,7 @@ use waitroom_strategies::{global_counter, statistical, timestamp, StrategyKind};
 use crate::auth::{AccessClaims, Signer};
 use crate::ids::{EventId, Ticket, UserId};
 use crate::redis::keys::{choose_tags, stats, ShardKeys};
+use crate::redis::memory::MemoryGuard;
 use crate::redis::replies::ShardStanding;
 use crate::redis::{classify, primaries, Fault, RedisConn, Store};
 use crate::telemetry;
@@ -66,6 +67,10 @@ pub enum QueueError {
     /// Redis could not answer.
     #[error(transparent)]
     Redis(RedisError),
+    /// Someone not in the line entered while the memory guard turns new people away
+    /// ([`crate::redis::memory`]).
+    #[error("the waiting room is full")]
+    Full,
 }
 
 impl From<RedisError> for QueueError {
@@ -162,6 +167,8 @@ pub struct Queue {
     places: scores::ScoreCache<numbered::Place>,
     /// Numbered lines' figures as this instance last read them (positions without a command).
     snapshots: snapshot::Snapshots,
+    /// Whether new people may enter, by the primaries' memory.
+    memory: Arc<MemoryGuard>,
 }
 
 impl Queue {
@@ -178,7 +185,20 @@ impl Queue {
             counts: counts::Counts::default(),
             places: scores::ScoreCache::new(scores::DEFAULT_ENTRIES),
             snapshots: snapshot::Snapshots::new(snapshot::DEFAULT_AGE),
+            memory: Arc::new(MemoryGuard::new(0)),
         }
+    }
+
+    /// This queue turning new people away while `guard` is closed (see
+    /// [`crate::redis::memory`]).
+    pub fn with_memory_guard(mut self, guard: Arc<MemoryGuard>) -> Self {
+        self.memory = guard;
+        self
+    }
+
+    /// The memory guard this queue obeys.
+    pub fn memory_guard(&self) -> &Arc<MemoryGuard> {
+        &self.memory
     }
 
     /// This queue computing a numbered line's positions from figures at most `age` old when it
@@ -272,26 +292,24 @@ impl Queue {
         if ev.sold_out {
             // The line has stopped: say so at once instead of queueing people for nothing. Someone
             // already admitted keeps their session (and token) though.
-            // Through the repair like every other read of the line: a key of the wrong type
-            // would otherwise answer 503 here for as long as the event stays sold out.
-            let found = match ev.config.line_form {
-                LineForm::Numbered => {
-                    self.repairing_numbered(event, ev, &ticket, || {
-                        self.poll_numbered(ev, &ticket, true)
-                    })
-                    .await
-                }
-                LineForm::SortedSets => {
-                    self.repairing(event, &ev.config, || self.locate(ev, &ticket, None, false))
-                        .await
-                }
-            };
-            return match found {
+            return match self.standing_now(event, ev, &ticket).await {
                 Ok(admitted @ Standing::Admitted { .. }) => {
                     Ok(self.view(event, ev, ticket, admitted))
                 }
                 Ok(_) | Err(QueueError::UnknownTicket) => {
                     Ok(self.view(event, ev, ticket, Standing::SoldOut))
+                }
+                Err(e) => Err(e),
+            };
+        }
+        if self.memory.closed() {
+            // Redis is near full: the line does not grow, so the sale keeps room to write.
+            // Whoever is in it already gets their standing, as an enter again always does.
+            return match self.standing_now(event, ev, &ticket).await {
+                Ok(standing) => Ok(self.view(event, ev, ticket, standing)),
+                Err(QueueError::UnknownTicket) => {
+                    ev.metrics.turned_away.increment(1);
+                    Err(QueueError::Full)
                 }
                 Err(e) => Err(e),
             };
@@ -316,6 +334,28 @@ impl Queue {
             }
         };
         Ok(self.view(event, ev, ticket, standing))
+    }
+
+    /// Where `ticket` stands, read without recording a poll (`UnknownTicket` when it is in
+    /// no line): for the enters that must not join the line.
+    async fn standing_now(
+        &self,
+        event: &EventId,
+        ev: &Event,
+        ticket: &Ticket,
+    ) -> Result<Standing, QueueError> {
+        // Through the repair like every other read of the line: a key of the wrong type would
+        // otherwise answer 503 here for as long as the line stays closed.
+        match ev.config.line_form {
+            LineForm::Numbered => {
+                self.repairing_numbered(event, ev, ticket, || self.poll_numbered(ev, ticket, true))
+                    .await
+            }
+            LineForm::SortedSets => {
+                self.repairing(event, &ev.config, || self.locate(ev, ticket, None, false))
+                    .await
+            }
+        }
     }
 
     /// Where `ticket` stands now.

@@ -10,6 +10,7 @@
 
 pub mod batch;
 pub mod keys;
+pub mod memory;
 pub mod nodes;
 pub mod replies;
 pub mod scripts;

@@ -10,6 +10,7 @@ mod failover;
 mod instances;
 mod ledger;
 mod loadgen;
+mod memory;
 mod numbered;
 mod openapi;
 mod ops;

@@ -55,7 +55,7 @@ async fn admitted(app: &TestApp, ev: &str, user: &str) -> String {
     app.admitted(ev, user).await
 }
 
-async fn hold(app: &TestApp, show: &str, token: &str, body: Value) -> Response {
+pub(crate) async fn hold(app: &TestApp, show: &str, token: &str, body: Value) -> Response {
     app.http
         .post(format!("{}/v1/shows/{show}/holds", app.base))
         .bearer_auth(token)
@@ -74,7 +74,7 @@ async fn release(app: &TestApp, show: &str, token: &str, hold_id: &str) -> Respo
         .unwrap()
 }
 
-async fn book(app: &TestApp, show: &str, token: &str, hold_id: &str) -> Response {
+pub(crate) async fn book(app: &TestApp, show: &str, token: &str, hold_id: &str) -> Response {
     app.http
         .post(format!("{}/v1/shows/{show}/bookings", app.base))
         .bearer_auth(token)
@@ -121,7 +121,7 @@ async fn booking(app: &TestApp, id: &str) -> Value {
     r.json().await.unwrap()
 }
 
-async fn wait_decided(app: &TestApp, id: &str) -> String {
+pub(crate) async fn wait_decided(app: &TestApp, id: &str) -> String {
     eventually(Duration::from_secs(30), "booking decided", || async {
         let b = booking(app, id).await;
         let s = b["status"].as_str().unwrap().to_owned();

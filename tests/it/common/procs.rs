@@ -239,6 +239,32 @@ impl RedisProcs {
             .collect()
     }
 
+    /// The ports of the nodes that are primaries now (`ROLE`).
+    #[allow(dead_code)]
+    pub fn primaries(&self) -> Vec<u16> {
+        self.live()
+            .into_iter()
+            .filter(|p| cli(*p, &["role"]).starts_with("master"))
+            .collect()
+    }
+
+    /// `used_memory` of the node on `port`, bytes.
+    #[allow(dead_code)]
+    pub fn used_memory(&self, port: u16) -> u64 {
+        let info = cli(port, &["info", "memory"]);
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix("used_memory:"))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no used_memory from {port}: {info}"))
+    }
+
+    /// Sets `maxmemory` of the node on `port` (0: no limit).
+    #[allow(dead_code)]
+    pub fn set_maxmemory(&self, port: u16, bytes: u64) {
+        let out = cli(port, &["config", "set", "maxmemory", &bytes.to_string()]);
+        assert!(out.contains("OK"), "config set maxmemory on {port}: {out}");
+    }
+
     /// Drops the replication links of the primary on `port` (`CLIENT KILL TYPE replica`):
     /// until a replica reconnects, writes stay on the primary alone.
     #[allow(dead_code)]
