@@ -249,6 +249,37 @@ test('a 503 on the poll shows the retry message, waits Retry-After, and the page
   await context.close();
 });
 
+test('a full waiting room says so, promises no place, and lets the buyer in once it has room', { timeout: 90000 }, async () => {
+  const ev = await makeEvent('full', { shards: 2, admit_per_second: 1, active_capacity: 0 });
+  const { context, page } = await openPage();
+  // The first enter gets the memory guard's answer (503, the room full); the next reaches the
+  // service.
+  const refused = [];
+  await page.route(`**/v1/events/${ev}/queue`, (route) => {
+    if (route.request().method() !== 'POST' || refused.length >= 1) return route.continue();
+    refused.push(Date.now());
+    return route.fulfill({
+      status: 503,
+      headers: { 'Retry-After': '2', 'Content-Type': 'application/json' },
+      body: JSON.stringify({ error: 'unavailable', message: 'the waiting room is full for now; try again later' }),
+    });
+  });
+  await page.goto(`${BASE}/events/${ev}`);
+  await page.waitForSelector('#retry-note:not([hidden])', { timeout: 20000 });
+  const said = await page.textContent('#retry-note');
+  assert.match(said, /waiting room is full/i);
+  assert.match(said, /retrying in 2 s/i);
+  assert.doesNotMatch(said, /place is kept/i);
+  await shot(page, '10b-full');
+
+  await page.waitForFunction(() => document.getElementById('retry-note').hidden, null, { timeout: 20000 });
+  await position(page);
+  assert.equal(await phase(page), 'waiting');
+  assert.equal(refused.length, 1);
+  assert.deepEqual(page.errors, []);
+  await context.close();
+});
+
 test('the console switches the strategy and the open page keeps its place', { timeout: 90000 }, async () => {
   const ev = await makeEvent('switch', { shards: 1, admit_per_second: 1, active_capacity: 0, strategy: 'timestamp' });
   for (const u of ['ahead-1', 'ahead-2', 'ahead-3']) await enter(ev, u);

@@ -123,9 +123,14 @@
   function retryLater(r, fn, what) {
     var ms = retryMs(r);
     backoffUntil = Date.now() + ms;
+    // A full waiting room (the server's memory guard) turns away only people not in the line:
+    // they have no place to keep.
+    var full = r.status === 503 && /full/.test((r.data && r.data.message) || '');
     var why = r.status === 429 ? 'Many people are asking at once.'
-      : r.status === 0 ? 'The connection was lost.' : 'The service is busy.';
-    note('retry-note', why + ' Retrying' + (what ? ' ' + what : '') + ' in ' + Math.ceil(ms / 1000) + ' s. Your place is kept.');
+      : r.status === 0 ? 'The connection was lost.'
+      : full ? 'The waiting room is full right now.' : 'The service is busy.';
+    var kept = saved.ticket && !full ? ' Your place is kept.' : '';
+    note('retry-note', why + ' Retrying' + (what ? ' ' + what : '') + ' in ' + Math.ceil(ms / 1000) + ' s.' + kept);
     schedule(ms, fn);
   }
   function ok() { failures = 0; note('retry-note', ''); }
