@@ -17,10 +17,14 @@ use crate::telemetry;
 
 /// Seconds a client should wait before retrying after a 503.
 pub const RETRY_AFTER_UNAVAILABLE: u64 = 2;
-/// Seconds a person turned away by the memory guard should wait before entering again: memory
-/// comes back as people are admitted and leave, not within a second or two, and a crowd at the
-/// door should not spend the capacity the sale needs.
+/// Seconds a person turned away by the memory guard should wait before entering again, at
+/// least: memory comes back as people are admitted and leave, not within a second or two, and a
+/// crowd at the door should not spend the capacity the sale needs. Each answer adds up to
+/// [`RETRY_AFTER_FULL_SPREAD`] at random, so the people turned away in one second do not all
+/// come back in one.
 pub const RETRY_AFTER_FULL: u64 = 30;
+/// See [`RETRY_AFTER_FULL`].
+pub const RETRY_AFTER_FULL_SPREAD: u64 = 15;
 
 /// An error answer of the API.
 #[derive(Debug, thiserror::Error)]
@@ -129,7 +133,9 @@ impl IntoResponse for ApiError {
         let retry_after = match &self {
             ApiError::RateLimited(s) => Some(*s),
             ApiError::Unavailable(_) | ApiError::BookingPending(_) => Some(RETRY_AFTER_UNAVAILABLE),
-            ApiError::Full => Some(RETRY_AFTER_FULL),
+            ApiError::Full => {
+                Some(RETRY_AFTER_FULL + rand::random_range(0..=RETRY_AFTER_FULL_SPREAD))
+            }
             _ => None,
         };
         let mut resp = (self.status_code(), body).into_response();

@@ -38,7 +38,7 @@ pub struct EnterRequest {
 /// Enter the line (or learn where you stand: entering again never moves anyone back).
 ///
 /// While a Redis node is near its memory limit, someone not yet in the line gets 503 with
-/// `Retry-After: 30` (the memory guard); those already in it get their status as always.
+/// `Retry-After` of 30–45 s (the memory guard); those already in it get their status as always.
 #[utoipa::path(
     post,
     path = "/v1/events/{event}/queue",
