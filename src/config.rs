@@ -263,7 +263,7 @@ pub struct RedisConfig {
     #[arg(
         long = "redis-enter-memory-percent",
         env = "WAITROOM_REDIS_ENTER_MEMORY_PERCENT",
-        default_value_t = 90,
+        default_value_t = 80,
         value_parser = clap::value_parser!(u8).range(0..=100)
     )]
     pub enter_memory_percent: u8,
@@ -593,6 +593,10 @@ mod tests {
         assert_eq!(cfg.redis.nodes.len(), 6);
         assert_eq!(cfg.kafka.brokers, "127.0.0.1:9092");
         assert_eq!(cfg.env, "production");
+        // Safe by default: the memory guard is on, at a line a sorted-set rehash cannot carry
+        // past maxmemory (docs/operations.md, "WaitroomTurningPeopleAway").
+        assert_eq!(cfg.redis.enter_memory_percent, 80);
+        assert!(Config::try_parse_from(["serve", "--redis-enter-memory-percent", "101"]).is_err());
     }
 
     fn with_auth(env: &str, admin: Option<&str>, secret: Option<&str>) -> Config {

@@ -2,9 +2,9 @@
 //! growing before Redis refuses writes, and the sale goes on for the people already in it.
 //!
 //! Each test gives every primary a `maxmemory` of 1.5 × what it uses, with the guard's line at
-//! 50 % (`WAITROOM_REDIS_ENTER_MEMORY_PERCENT`; 90 by default), so the guard is closed at once
+//! 50 % (`WAITROOM_REDIS_ENTER_MEMORY_PERCENT`; 80 by default), so the guard is closed at once
 //! and Redis itself stays a third below refusing anything: what the test sees is the guard's
-//! doing, not Redis's `OOM`. (The same margins at 90 % would need a node using megabytes more
+//! doing, not Redis's `OOM`. (The same margins at 80 % would need a node using megabytes more
 //! than an empty one does, and a test's writes could cross them.)
 
 use std::time::Duration;
