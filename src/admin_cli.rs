@@ -276,6 +276,11 @@ fn detail(e: &Value) -> String {
             .map_or("-".to_owned(), |r| format!("{r:.1}")),
         text(&c["admit_per_second"]),
     ));
+    if s["turning_away"] == Value::Bool(true) {
+        out.push_str(
+            "new people turned away: a Redis node is near its memory limit (the memory guard)\n",
+        );
+    }
     for shard in s["shards"].as_array().map_or(&[][..], |v| v) {
         out.push_str(&format!(
             "  shard {:>3}  {:>10} waiting\n",
@@ -297,6 +302,16 @@ fn text(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_detail_says_when_new_people_are_turned_away() {
+        let event = |closed: bool| {
+            json!({"event": "topgun", "config": {"state": "open"},
+                   "stats": {"waiting": 10, "shards": [], "turning_away": closed}})
+        };
+        assert!(detail(&event(true)).contains("new people turned away"));
+        assert!(!detail(&event(false)).contains("turned away"));
+    }
 
     #[test]
     fn the_table_lines_up_events_and_their_figures() {

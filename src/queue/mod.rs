@@ -134,6 +134,10 @@ pub struct EventStats {
     /// The leader's moving average of the estimated positions' relative error (sampled; none
     /// under `timestamp`, which is exact).
     pub measured_position_error: Option<f64>,
+    /// True while the answering instance's memory guard turns new people away: a Redis primary
+    /// uses `WAITROOM_REDIS_ENTER_MEMORY_PERCENT` or more of its `maxmemory`
+    /// ([`crate::redis::memory`]). The guard is the deployment's, so every event shows the same.
+    pub turning_away: bool,
 }
 
 /// Waiting count of one shard.
@@ -1205,6 +1209,7 @@ impl Queue {
             admission_leader: leader,
             measured_admit_per_second: rate,
             measured_position_error: error.and_then(|e| e.parse().ok()),
+            turning_away: self.memory.closed(),
         })
     }
 

@@ -327,6 +327,46 @@ test('the console switches the strategy and the open page keeps its place', { ti
   await ops.context.close();
 });
 
+test('the console says when the memory guard turns new people away', { timeout: 60000 }, async () => {
+  const ev = await makeEvent('door', { shards: 1, admit_per_second: 1, active_capacity: 0 });
+  const ops = await openPage({ viewport: { width: 1100, height: 900 } });
+  // The service's own answers, with the guard's flag set as a closed guard sets it.
+  let closed = true;
+  const flag = (v) => {
+    if (Array.isArray(v)) v.forEach(flag);
+    else if (v && typeof v === 'object') {
+      if (v.stats && typeof v.stats === 'object') v.stats.turning_away = closed;
+      Object.values(v).forEach(flag);
+    }
+  };
+  await ops.page.route('**/admin/v1/events**', async (route) => {
+    if (route.request().method() !== 'GET') return route.continue();
+    const res = await route.fetch();
+    const body = await res.json();
+    flag(body);
+    return route.fulfill({ response: res, json: body });
+  });
+  await ops.page.goto(`${BASE}/admin`);
+  await ops.page.fill('#token', ADMIN);
+  await ops.page.click('#token-form button');
+  const card = `article[data-event="${ev}"]`;
+  try {
+    await ops.page.waitForSelector(card, { timeout: 5000 });
+  } catch {
+    await ops.page.fill('#watch-event', ev);
+    await ops.page.click('#watch-form button');
+    await ops.page.waitForSelector(card, { timeout: 10000 });
+  }
+  await ops.page.waitForSelector(`${card}[data-turning-away=true] [data-f=door]:not([hidden])`, { timeout: 10000 });
+  assert.match(await ops.page.textContent(`${card} [data-f=door]`), /turned away.*memory/i);
+  await shot(ops.page, '13b-console-turning-away');
+
+  closed = false;
+  await ops.page.waitForSelector(`${card}[data-turning-away=false] [data-f=door][hidden]`, { state: 'attached', timeout: 10000 });
+  assert.deepEqual(ops.page.errors, []);
+  await ops.context.close();
+});
+
 test('the hold limit and a seat taken by someone else are shown, then a hold succeeds', { timeout: 90000 }, async () => {
   const ev = await makeEvent('taken', { shards: 1, admit_per_second: 50, active_capacity: 100, max_seats_per_hold: 2 });
   const show = await makeShow(ev, { rows: 'A', seats_per_row: 6 });

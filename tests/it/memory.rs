@@ -54,6 +54,7 @@ async fn near_full(form: &str) {
     let bob: Value = app.enter_ok(&ev, "bob").await;
     assert_eq!(bob["status"], "waiting", "one place, taken by alice: {bob}");
     assert!(!guard_closed(&app).await, "the guard is open before");
+    assert_eq!(app.get_event(&ev).await["stats"]["turning_away"], false);
 
     // Every primary at two thirds of a maxmemory: over the guard's 50 %, far from Redis's own
     // limit.
@@ -71,6 +72,7 @@ async fn near_full(form: &str) {
         guard_closed(&app).await.then_some(())
     })
     .await;
+    assert_eq!(app.get_event(&ev).await["stats"]["turning_away"], true);
 
     // Someone new is turned away, with a Retry-After longer than a fault's (30 s and up to
     // 15 s at random).
@@ -166,6 +168,7 @@ async fn near_full(form: &str) {
     .await;
     let carol: Value = app.enter_ok(&ev, "carol").await;
     assert_eq!(carol["status"], "waiting");
+    assert_eq!(app.get_event(&ev).await["stats"]["turning_away"], false);
 }
 
 on_both_forms!(

@@ -47,7 +47,20 @@ async fn metrics_show_requests_by_route_and_queue_sizes_in(form: &str) {
         || async { (app.get_event(&ev).await["stats"]["admitted_total"] == 1).then_some(()) },
     )
     .await;
-    let text = app.metrics().await;
+    // The leader sets its gauges after the tick's Redis work, which the stats above already
+    // read: wait for them too. (This test failed once beside 12 others on 2026-12-06, its
+    // message not kept; a scrape between the two is the race this read could lose.)
+    let waiting = format!(r#"waitroom_queue_waiting{{event="{ev}"}} 2"#);
+    let active = format!(r#"waitroom_queue_active{{event="{ev}"}} 1"#);
+    let text = crate::common::eventually(
+        std::time::Duration::from_secs(10),
+        "the leader's gauges",
+        || async {
+            let text = app.metrics().await;
+            (text.contains(&waiting) && text.contains(&active)).then_some(text)
+        },
+    )
+    .await;
     assert!(
         text.lines()
             .any(|l| l.starts_with("waitroom_http_requests_total")
@@ -59,8 +72,6 @@ async fn metrics_show_requests_by_route_and_queue_sizes_in(form: &str) {
         text.contains("waitroom_http_request_duration_seconds_bucket"),
         "{text}"
     );
-    let waiting = format!(r#"waitroom_queue_waiting{{event="{ev}"}} 2"#);
-    let active = format!(r#"waitroom_queue_active{{event="{ev}"}} 1"#);
     assert!(text.contains(&waiting), "missing {waiting}");
     // Admission's Redis cost: at least the lease, both shards' reads and one move so far (on a
     // numbered line the lease and the tick's script, at every tick).

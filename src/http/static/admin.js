@@ -119,6 +119,7 @@
     var c = el('article', { 'class': 'card', 'data-event': id, 'aria-label': 'Event ' + id });
     c.innerHTML =
       '<h2><span data-f="id"></span> <small class="muted" data-f="state"></small></h2>' +
+      '<p class="notice bad" data-f="door" role="status" hidden></p>' +
       '<dl class="figures"><div><dt>Waiting</dt><dd data-f="waiting">—</dd></div>' +
       '<div><dt>Active</dt><dd data-f="active">—</dd></div>' +
       '<div><dt>Admitted / s</dt><dd><span data-f="measured">—</span>' +
@@ -165,6 +166,12 @@
       c.setAttribute('data-picked', '1');
     }
     set('state', cfg.state || '');
+    // The memory guard (docs/operations.md, WaitroomTurningPeopleAway).
+    var door = c.querySelector('[data-f=door]');
+    door.hidden = !st.turning_away;
+    door.textContent = st.turning_away
+      ? 'New people are turned away: a Redis node is near its memory limit. Everyone in the line is still served.' : '';
+    c.setAttribute('data-turning-away', st.turning_away ? 'true' : 'false');
     set('waiting', num(st.waiting));
     set('active', num(st.active));
     set('measured', num(st.measured_admit_per_second, 1));
