@@ -118,6 +118,24 @@ async function position(page) {
   return Number((await page.textContent('#position')).replace(/\D/g, ''));
 }
 
+// Signs the console in on `page` and waits for the card of `ev`: listed, or else watched by id.
+// Returns the card's selector.
+async function consoleCard(page, ev) {
+  await page.goto(`${BASE}/admin`);
+  await page.fill('#token', ADMIN);
+  await page.click('#token-form button');
+  const card = `article[data-event="${ev}"]`;
+  try {
+    await page.waitForSelector(card, { timeout: 5000 });
+  } catch {
+    console.log('# the console did not list the event (no GET /admin/v1/events?); watching it by id');
+    await page.fill('#watch-event', ev);
+    await page.click('#watch-form button');
+    await page.waitForSelector(card, { timeout: 10000 });
+  }
+  return card;
+}
+
 const phase = (page) => page.getAttribute('body', 'data-phase');
 const stored = (page, event) => page.evaluate((k) => JSON.parse(localStorage.getItem(k)), `waitroom:${event}`);
 
@@ -289,18 +307,7 @@ test('the console switches the strategy and the open page keeps its place', { ti
   const ticket = await buyer.page.textContent('#ticket');
 
   const ops = await openPage({ viewport: { width: 1100, height: 900 } });
-  await ops.page.goto(`${BASE}/admin`);
-  await ops.page.fill('#token', ADMIN);
-  await ops.page.click('#token-form button');
-  const card = `article[data-event="${ev}"]`;
-  try {
-    await ops.page.waitForSelector(card, { timeout: 5000 });
-  } catch {
-    console.log('# the console did not list the event (no GET /admin/v1/events?); watching it by id');
-    await ops.page.fill('#watch-event', ev);
-    await ops.page.click('#watch-form button');
-    await ops.page.waitForSelector(card, { timeout: 10000 });
-  }
+  const card = await consoleCard(ops.page, ev);
   await ops.page.waitForFunction((c) => Number(document.querySelector(`${c} [data-f=waiting]`).textContent) >= 4, card, { timeout: 10000 });
   assert.equal(await ops.page.getAttribute(card, 'data-strategy'), 'timestamp');
   await shot(ops.page, '11-console');
@@ -346,17 +353,7 @@ test('the console says when the memory guard turns new people away', { timeout: 
     flag(body);
     return route.fulfill({ response: res, json: body });
   });
-  await ops.page.goto(`${BASE}/admin`);
-  await ops.page.fill('#token', ADMIN);
-  await ops.page.click('#token-form button');
-  const card = `article[data-event="${ev}"]`;
-  try {
-    await ops.page.waitForSelector(card, { timeout: 5000 });
-  } catch {
-    await ops.page.fill('#watch-event', ev);
-    await ops.page.click('#watch-form button');
-    await ops.page.waitForSelector(card, { timeout: 10000 });
-  }
+  const card = await consoleCard(ops.page, ev);
   await ops.page.waitForSelector(`${card}[data-turning-away=true] [data-f=door]:not([hidden])`, { timeout: 10000 });
   assert.match(await ops.page.textContent(`${card} [data-f=door]`), /turned away.*memory/i);
   await shot(ops.page, '13b-console-turning-away');
