@@ -7,7 +7,8 @@
 //! admitted included: their holds and bookings answer 503 until memory is freed by hand.
 //!
 //! The line is the one thing that grows with demand. The guard stops it first: every
-//! `WAITROOM_REDIS_MEMORY_CHECK_MS` each instance reads `INFO memory` of every primary, and
+//! `WAITROOM_REDIS_MEMORY_CHECK_MS` each instance reads `INFO memory` of every primary (the
+//! slot owners of `CLUSTER SLOTS`), and
 //! while one of them uses `WAITROOM_REDIS_ENTER_MEMORY_PERCENT` or more of its `maxmemory`,
 //! an enter of someone who is not in the line answers 503 `unavailable` with a longer
 //! Retry-After ([`crate::queue::QueueError::Full`]). Someone already waiting or admitted who
@@ -28,8 +29,8 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use tokio_util::sync::CancellationToken;
 
-use super::nodes::{ask_node, node_addrs, NodeInfo};
-use super::RedisConn;
+use super::nodes::{ask_node, host_port, NodeInfo};
+use super::{primary_addrs, RedisConn};
 use crate::config::RedisConfig;
 use crate::telemetry;
 
@@ -103,11 +104,20 @@ pub async fn watch(
     let mut info = redis::pipe();
     info.cmd("INFO").arg("memory");
     loop {
-        let addrs = node_addrs(&mut conn.clone(), &seed, true).await;
-        if !addrs.is_empty() {
-            last.retain(|a, _| addrs.contains(a));
-            conns.retain(|a, _| addrs.contains(a));
-        }
+        // The primaries that serve slots, as the service's own placement reads them; a read
+        // that fails keeps the last figures.
+        let addrs = match primary_addrs(&mut conn.clone()).await {
+            Ok(Some(addrs)) => {
+                last.retain(|a, _| addrs.contains(a));
+                conns.retain(|a, _| addrs.contains(a));
+                addrs
+            }
+            Ok(None) => vec![host_port(&seed).to_owned()],
+            Err(e) => {
+                tracing::warn!(error = %e, "memory guard: CLUSTER SLOTS failed");
+                Vec::new()
+            }
+        };
         for addr in &addrs {
             match ask_node::<(String,)>(&mut conns, &cfg, &seed, addr, &info).await {
                 Ok((text,)) => {

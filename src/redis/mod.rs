@@ -436,6 +436,16 @@ pub async fn primaries(conn: &mut RedisConn) -> Result<Vec<Vec<(u16, u16)>>, Red
     }
 }
 
+/// Each primary's address (`host:port`), from `CLUSTER SLOTS`; `None` for one non-cluster Redis.
+pub async fn primary_addrs(conn: &mut RedisConn) -> Result<Option<Vec<String>>, RedisError> {
+    match conn {
+        RedisConn::Single(_) => Ok(None),
+        RedisConn::Cluster(c, _) => Ok(Some(
+            slot_owners(c).await?.into_iter().map(|(a, _)| a).collect(),
+        )),
+    }
+}
+
 /// Each primary's address (`host:port`) and slot ranges, from `CLUSTER SLOTS`, in a stable
 /// order (by their first slot), so every instance would choose the same placement.
 async fn slot_owners(

@@ -22,19 +22,13 @@ pub const INTERVAL: Duration = Duration::from_secs(5);
 /// How long one node may take to answer.
 const TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The address of every node of the deployment (`host:port`), primaries and replicas, or of the
-/// primaries only.
-pub(super) async fn node_addrs(
-    conn: &mut RedisConn,
-    seed: &str,
-    primaries_only: bool,
-) -> Vec<String> {
+/// The address of every node of the deployment (`host:port`), primaries and replicas.
+async fn node_addrs(conn: &mut RedisConn, seed: &str) -> Vec<String> {
     if !conn.is_cluster() {
         return vec![host_port(seed).to_owned()];
     }
     let nodes: Result<String, _> = redis::cmd("CLUSTER").arg("NODES").query_async(conn).await;
     match nodes {
-        Ok(text) if primaries_only => parse_cluster_primaries(&text),
         Ok(text) => parse_cluster_nodes(&text),
         Err(e) => {
             tracing::warn!(error = %e, "redis nodes: CLUSTER NODES failed");
@@ -46,23 +40,12 @@ pub(super) async fn node_addrs(
 /// `host:port` of every node line of `CLUSTER NODES` (`<id> <ip:port@cport> <flags> …`),
 /// leaving out nodes flagged `noaddr` or `handshake`.
 pub fn parse_cluster_nodes(text: &str) -> Vec<String> {
-    nodes_where(text, |_| true)
-}
-
-/// [`parse_cluster_nodes`] for the nodes flagged `master` and not `fail`.
-pub fn parse_cluster_primaries(text: &str) -> Vec<String> {
-    nodes_where(text, |flags| {
-        flags.split(',').any(|f| f == "master") && !flags.split(',').any(|f| f == "fail")
-    })
-}
-
-fn nodes_where(text: &str, keep: impl Fn(&str) -> bool) -> Vec<String> {
     let mut out: Vec<String> = text
         .lines()
         .filter_map(|line| {
             let mut parts = line.split_whitespace();
             let (_, addr, flags) = (parts.next()?, parts.next()?, parts.next()?);
-            if flags.contains("noaddr") || flags.contains("handshake") || !keep(flags) {
+            if flags.contains("noaddr") || flags.contains("handshake") {
                 return None;
             }
             let hp = addr.split('@').next()?;
@@ -84,7 +67,7 @@ fn authority(url: &str) -> std::ops::Range<usize> {
 }
 
 /// The `host:port` part of a Redis URL.
-fn host_port(url: &str) -> &str {
+pub(super) fn host_port(url: &str) -> &str {
     &url[authority(url)]
 }
 
@@ -154,7 +137,7 @@ pub async fn watch(conn: RedisConn, cfg: RedisConfig, shutdown: CancellationToke
     let seed = cfg.nodes.first().cloned().unwrap_or_default();
     let mut conns: HashMap<String, MultiplexedConnection> = HashMap::new();
     loop {
-        let addrs = node_addrs(&mut conn.clone(), &seed, false).await;
+        let addrs = node_addrs(&mut conn.clone(), &seed).await;
         for addr in &addrs {
             let up = match read_node(&mut conns, &cfg, &seed, addr).await {
                 Ok((info, slowlog)) => {
@@ -270,19 +253,6 @@ mod tests {
         assert_eq!(
             parse_cluster_nodes(text),
             vec!["127.0.0.1:7000".to_owned(), "127.0.0.1:7004".to_owned()]
-        );
-    }
-
-    #[test]
-    fn cluster_primaries_leave_out_replicas_and_failed_primaries() {
-        let text = "07c3 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460\n\
-                    67ed 127.0.0.1:7004@17004 slave 07c3 0 1 1 connected\n\
-                    bbbb 127.0.0.1:7001@17001 master,fail - 0 0 2 connected\n\
-                    cccc 127.0.0.1:7002@17002 master - 0 0 3 connected 10923-16383\n\
-                    aaaa :0@0 master,noaddr - 0 0 0 disconnected\n";
-        assert_eq!(
-            parse_cluster_primaries(text),
-            vec!["127.0.0.1:7000".to_owned(), "127.0.0.1:7002".to_owned()]
         );
     }
 
