@@ -297,14 +297,18 @@ pub fn shard_tag(event: &str, shard: usize, salt: u32) -> String {
 /// Chooses one hash tag per shard so the shards spread evenly over the cluster's primaries.
 ///
 /// `primaries` holds, per primary, the slot ranges it serves (from `CLUSTER SLOTS`). Shard `i`
-/// goes to primary `i mod P`; its tag is the first `{event:i}`, `{event:i.1}`, `{event:i.2}`, …
-/// whose slot that primary serves. With an empty `primaries` (one non-cluster Redis) the plain
+/// goes to primary `(i + s) mod P`, where `s` is the slot of the event's id mod `P`: every event
+/// starts the round at a primary of its own, so events with fewer shards than primaries (or a
+/// count that is not a multiple of `P`) do not all put their first shards on the first primary.
+/// Shard `i`'s tag is the first `{event:i}`, `{event:i.1}`, `{event:i.2}`, … whose slot that
+/// primary serves. With an empty `primaries` (one non-cluster Redis) the plain
 /// tags are used. Placement is decided once, when the shard count is set, and stored with the
 /// event: a later resharding of the cluster moves slots, not keys' names.
 pub fn choose_tags(event: &str, shards: usize, primaries: &[Vec<(u16, u16)>]) -> Vec<String> {
+    let start = usize::from(slot(event));
     (0..shards)
         .map(|i| {
-            let Some(ranges) = primaries.get(i % primaries.len().max(1)) else {
+            let Some(ranges) = primaries.get((i + start) % primaries.len().max(1)) else {
                 return shard_tag(event, i, 0);
             };
             (0..100_000)
@@ -378,18 +382,32 @@ mod tests {
         let primaries = vec![vec![(0, 5460)], vec![(5461, 10922)], vec![(10923, 16383)]];
         let tags = choose_tags("ev1", 8, &primaries);
         assert_eq!(tags.len(), 8);
+        let start = usize::from(slot("ev1"));
         for (i, tag) in tags.iter().enumerate() {
-            let (lo, hi) = primaries[i % 3][0];
-            assert!(
-                (lo..=hi).contains(&slot(tag)),
-                "{tag} not on primary {}",
-                i % 3
-            );
+            let p = (i + start) % 3;
+            let (lo, hi) = primaries[p][0];
+            assert!((lo..=hi).contains(&slot(tag)), "{tag} not on primary {p}");
         }
         let mut uniq = tags.clone();
         uniq.sort();
         uniq.dedup();
         assert_eq!(uniq.len(), 8);
+    }
+
+    #[test]
+    fn events_of_fewer_shards_than_primaries_spread_over_all_of_them() {
+        let primaries = vec![vec![(0, 5460)], vec![(5461, 10922)], vec![(10923, 16383)]];
+        let mut per_primary = [0; 3];
+        for n in 0..300 {
+            let tag = &choose_tags(&format!("sale{n}"), 1, &primaries)[0];
+            per_primary[usize::from(slot(tag)) * 3 / 16384] += 1;
+        }
+        // Each event's one shard on the primary its id chose: about a third each, not all 300
+        // on the first.
+        assert!(
+            per_primary.iter().all(|&n| (70..=130).contains(&n)),
+            "{per_primary:?}"
+        );
     }
 
     #[test]
