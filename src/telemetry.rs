@@ -126,6 +126,9 @@ pub const QUEUE_TURNED_AWAY: &str = "waitroom_queue_turned_away_total";
 /// 1 while this instance's memory guard turns new people away (a Redis primary at or above
 /// `WAITROOM_REDIS_ENTER_MEMORY_PERCENT` of its `maxmemory`), else 0.
 pub const MEMORY_GUARD_CLOSED: &str = "waitroom_memory_guard_closed";
+/// The memory guard's line as a share of `maxmemory` (`WAITROOM_REDIS_ENTER_MEMORY_PERCENT` ÷ 100;
+/// 0 when the guard is off), for the warning before it closes and the dashboards.
+pub const MEMORY_GUARD_LINE: &str = "waitroom_memory_guard_line_ratio";
 /// Polls answered by this instance, by `event`.
 pub const QUEUE_POLLS: &str = "waitroom_queue_polls_total";
 /// Seconds one ledger batch took from its first message to its committed offsets.

@@ -653,6 +653,31 @@ impl Event {
     pub fn effective_strategy(&self) -> StrategyKind {
         self.config.positions_by(self.hybrid_mode)
     }
+
+    /// The cluster slots a new person's enter grows ([`growth_slots`]).
+    pub fn growth_slots(&self) -> impl Iterator<Item = u16> + '_ {
+        growth_slots(
+            &self.config,
+            &self.numbered.line,
+            self.shard_keys.iter().map(|k| k.slot),
+        )
+    }
+}
+
+/// The cluster slots a new person's enter grows in the event of `cfg`: a numbered line's slot
+/// (that of `line`, its figures' key) and, for a line created before `index_in_line`, its
+/// shards' tags, where its index buckets live; or the shards' tags (`shard_slots`) of the
+/// sorted sets. The memory guard turns people away from the line while one of them is on a
+/// full primary.
+pub fn growth_slots<'a>(
+    cfg: &EventConfig,
+    line: &str,
+    shard_slots: impl Iterator<Item = u16> + 'a,
+) -> impl Iterator<Item = u16> + 'a {
+    let numbered = cfg.line_form == LineForm::Numbered;
+    let line = numbered.then(|| crate::redis::keys::slot(line));
+    let shards = (!numbered || !cfg.index_in_line).then_some(shard_slots);
+    line.into_iter().chain(shards.into_iter().flatten())
 }
 
 /// The leader's published figures: measured rate, waiting total, hybrid mode, sold-out flag,

@@ -306,8 +306,9 @@ impl Queue {
                 Err(e) => Err(e),
             };
         }
-        if self.memory.closed() {
-            // Redis is near full: the line does not grow, so the sale keeps room to write.
+        if self.memory.turns_away(ev.growth_slots()) {
+            // Redis is near full where this line grows: the line does not grow, so the sale
+            // keeps room to write.
             // Whoever is in it already gets their standing, as an enter again always does.
             return match self.standing_now(event, ev, &ticket).await {
                 Ok(standing) => Ok(self.view(event, ev, ticket, standing)),
@@ -1209,7 +1210,11 @@ impl Queue {
             admission_leader: leader,
             measured_admit_per_second: rate,
             measured_position_error: error.and_then(|e| e.parse().ok()),
-            turning_away: self.memory.closed(),
+            turning_away: self.memory.turns_away(event::growth_slots(
+                cfg,
+                &self.store.keys().numbered(event.as_str()).line,
+                (0..cfg.shards as usize).map(|i| self.shard_keys(cfg, i).slot),
+            )),
         })
     }
 

@@ -8,12 +8,14 @@
 //!
 //! The line is the one thing that grows with demand. The guard stops it first: every
 //! `WAITROOM_REDIS_MEMORY_CHECK_MS` each instance reads `INFO memory` of every primary (the
-//! slot owners of `CLUSTER SLOTS`), and
-//! while one of them uses `WAITROOM_REDIS_ENTER_MEMORY_PERCENT` or more of its `maxmemory`,
-//! an enter of someone who is not in the line answers 503 `unavailable` with a longer
-//! Retry-After ([`crate::queue::QueueError::Full`]). Someone already waiting or admitted who
-//! enters again gets their standing as always; polls, leaves, admission, holds and bookings
-//! go on in the headroom left. The gate opens again at the first read below the line (people
+//! slot owners of `CLUSTER SLOTS`), and while one of them uses
+//! `WAITROOM_REDIS_ENTER_MEMORY_PERCENT` or more of its `maxmemory`, an enter of someone who is
+//! not in the line of an event whose line has a slot on that primary answers 503
+//! `unavailable` with a longer Retry-After ([`crate::queue::QueueError::Full`]). The events
+//! whose lines live on other primaries take new people as before: one event's line that filled
+//! its node does not close the door of every event. Someone already waiting or admitted who
+//! enters again gets their standing as always; polls, leaves, admission, holds and bookings go
+//! on in the headroom left. The gate opens again at the first read below the line (people
 //! admitted and gone free their places).
 //!
 //! The headroom must hold what the line adds between two reads plus what the sale writes:
@@ -23,23 +25,29 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use tokio_util::sync::CancellationToken;
 
 use super::nodes::{ask_node, host_port, NodeInfo};
-use super::{primary_addrs, RedisConn};
+use super::{primary_slots, RedisConn, SlotOwners};
 use crate::config::RedisConfig;
 use crate::telemetry;
+
+/// Every slot: what one Redis outside a cluster serves.
+const ALL_SLOTS: (u16, u16) = (0, 16383);
 
 /// Whether new people may enter, as the last read of the primaries' memory found.
 pub struct MemoryGuard {
     /// At or above this percentage of `maxmemory` on any primary, new people are turned away
     /// (0: never).
     percent: u8,
+    /// Some primary is at or above the line: the one check on an enter while all is well.
     closed: AtomicBool,
+    /// The slot ranges of the primaries at or above the line (empty while open).
+    full: RwLock<Vec<(u16, u16)>>,
 }
 
 impl MemoryGuard {
@@ -48,12 +56,26 @@ impl MemoryGuard {
         MemoryGuard {
             percent,
             closed: AtomicBool::new(false),
+            full: RwLock::new(Vec::new()),
         }
     }
 
-    /// True while new people are turned away.
+    /// True while some primary is at or above the line, so the people new to a line there are
+    /// turned away.
     pub fn closed(&self) -> bool {
         self.closed.load(Ordering::Relaxed)
+    }
+
+    /// Whether someone new to a line that writes into `slots` is turned away now: some slot is
+    /// served by a primary at or above the line.
+    pub fn turns_away(&self, slots: impl IntoIterator<Item = u16>) -> bool {
+        if !self.closed() {
+            return false;
+        }
+        let full = self.full.read().unwrap_or_else(PoisonError::into_inner);
+        slots
+            .into_iter()
+            .any(|slot| full.iter().any(|&(lo, hi)| (lo..=hi).contains(&slot)))
     }
 
     /// Whether the guard reads anything at all.
@@ -61,26 +83,38 @@ impl MemoryGuard {
         self.percent > 0
     }
 
-    /// Judges the primaries' `(used_memory, maxmemory)`: closed when any node with a
-    /// `maxmemory` uses `percent` of it or more. Returns the new state.
-    pub fn judge(&self, nodes: impl IntoIterator<Item = (u64, u64)>) -> bool {
+    /// Judges the primaries' `(used_memory, maxmemory, slot ranges)`: closed for the slots of
+    /// every node with a `maxmemory` that uses `percent` of it or more. Returns whether any
+    /// node is.
+    pub fn judge<'a>(&self, nodes: impl IntoIterator<Item = (u64, u64, &'a [(u16, u16)])>) -> bool {
         let percent = u128::from(self.percent);
-        let closed = percent > 0
-            && nodes
+        let full: Vec<(u16, u16)> = if percent == 0 {
+            Vec::new()
+        } else {
+            nodes
                 .into_iter()
-                .any(|(used, max)| max > 0 && u128::from(used) * 100 >= u128::from(max) * percent);
+                .filter(|&(used, max, _)| {
+                    max > 0 && u128::from(used) * 100 >= u128::from(max) * percent
+                })
+                .flat_map(|(_, _, ranges)| ranges.iter().copied())
+                .collect()
+        };
+        let closed = !full.is_empty();
+        // The ranges first: a reader that sees `closed` finds them.
+        *self.full.write().unwrap_or_else(PoisonError::into_inner) = full;
         let was = self.closed.swap(closed, Ordering::Relaxed);
         if closed != was {
             if closed {
                 tracing::warn!(
                     percent = self.percent,
-                    "memory guard: a Redis primary is near its maxmemory; new people are turned away"
+                    "memory guard: a Redis primary is near its maxmemory; new people are turned away from the lines on it"
                 );
             } else {
                 tracing::info!("memory guard: memory is below the line again; enters are open");
             }
         }
         metrics::gauge!(telemetry::MEMORY_GUARD_CLOSED).set(if closed { 1.0 } else { 0.0 });
+        metrics::gauge!(telemetry::MEMORY_GUARD_LINE).set(f64::from(self.percent) / 100.0);
         closed
     }
 }
@@ -94,6 +128,7 @@ pub async fn watch(
     shutdown: CancellationToken,
 ) {
     if !guard.enabled() {
+        metrics::gauge!(telemetry::MEMORY_GUARD_LINE).set(0.0);
         return;
     }
     guard.judge([]);
@@ -101,24 +136,29 @@ pub async fn watch(
     let seed = cfg.nodes.first().cloned().unwrap_or_default();
     let mut conns: HashMap<String, MultiplexedConnection> = HashMap::new();
     let mut last: HashMap<String, (u64, u64)> = HashMap::new();
+    let mut owners: SlotOwners = Vec::new();
     let mut info = redis::pipe();
     info.cmd("INFO").arg("memory");
     loop {
-        // The primaries that serve slots, as the service's own placement reads them; a read
-        // that fails keeps the last figures.
-        let addrs = match primary_addrs(&mut conn.clone()).await {
-            Ok(Some(addrs)) => {
-                last.retain(|a, _| addrs.contains(a));
-                conns.retain(|a, _| addrs.contains(a));
-                addrs
+        // The primaries that serve slots, as the service's own placement reads them. A read
+        // that fails keeps the last owners and figures.
+        let read = match primary_slots(&mut conn.clone()).await {
+            Ok(Some(now)) => {
+                owners = now;
+                last.retain(|a, _| owners.iter().any(|(o, _)| o == a));
+                conns.retain(|a, _| owners.iter().any(|(o, _)| o == a));
+                true
             }
-            Ok(None) => vec![host_port(&seed).to_owned()],
+            Ok(None) => {
+                owners = vec![(host_port(&seed).to_owned(), vec![ALL_SLOTS])];
+                true
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "memory guard: CLUSTER SLOTS failed");
-                Vec::new()
+                false
             }
         };
-        for addr in &addrs {
+        for (addr, _) in owners.iter().filter(|_| read) {
             match ask_node::<(String,)>(&mut conns, &cfg, &seed, addr, &info).await {
                 Ok((text,)) => {
                     let node = NodeInfo::parse(&text);
@@ -131,7 +171,10 @@ pub async fn watch(
                 }
             }
         }
-        guard.judge(last.values().copied());
+        guard.judge(owners.iter().filter_map(|(addr, ranges)| {
+            let &(used, max) = last.get(addr)?;
+            Some((used, max, ranges.as_slice()))
+        }));
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
@@ -143,26 +186,57 @@ pub async fn watch(
 mod tests {
     use super::*;
 
+    const A: &[(u16, u16)] = &[(0, 5460)];
+    const B: &[(u16, u16)] = &[(5461, 10922), (16000, 16383)];
+
     #[test]
     fn the_gate_closes_at_the_percentage_of_any_node_with_a_maxmemory() {
         let g = MemoryGuard::new(90);
-        assert!(!g.judge([(899, 1000), (10, 1000)]));
-        assert!(g.judge([(10, 1000), (900, 1000)]));
+        assert!(!g.judge([(899, 1000, A), (10, 1000, B)]));
+        assert!(g.judge([(10, 1000, A), (900, 1000, B)]));
         assert!(g.closed());
         // Opens again at the first read below the line.
-        assert!(!g.judge([(10, 1000), (899, 1000)]));
+        assert!(!g.judge([(10, 1000, A), (899, 1000, B)]));
         // No maxmemory: no limit, however much is used.
-        assert!(!g.judge([(u64::MAX, 0)]));
+        assert!(!g.judge([(u64::MAX, 0, A)]));
         // Figures near u64::MAX do not overflow.
-        assert!(g.judge([(u64::MAX, u64::MAX)]));
+        assert!(g.judge([(u64::MAX, u64::MAX, A)]));
         assert!(!g.judge([]));
+    }
+
+    #[test]
+    fn only_lines_with_a_slot_on_a_full_node_turn_people_away() {
+        let g = MemoryGuard::new(80);
+        assert!(!g.turns_away([0, 6000]), "open: nobody");
+        assert!(g.judge([(10, 1000, A), (800, 1000, B)]));
+        assert!(
+            !g.turns_away([0, 100, 5460]),
+            "every slot on the node below the line"
+        );
+        assert!(g.turns_away([5461]), "the first slot of B");
+        assert!(g.turns_away([0, 16383]), "one slot of B among others");
+        assert!(g.turns_away([10922]));
+        assert!(
+            !g.turns_away([10923, 15999]),
+            "the slots between B's ranges are no one's here"
+        );
+        assert!(!g.turns_away([]), "a line with no slot");
+        // Both full, then open again.
+        assert!(g.judge([(800, 1000, A), (800, 1000, B)]));
+        assert!(g.turns_away([0]));
+        assert!(!g.judge([(10, 1000, A), (10, 1000, B)]));
+        assert!(!g.turns_away([0, 5461]));
+        // One Redis outside a cluster serves every slot.
+        assert!(g.judge([(900, 1000, &[ALL_SLOTS][..])]));
+        assert!(g.turns_away([12345]));
     }
 
     #[test]
     fn a_guard_at_zero_never_closes() {
         let g = MemoryGuard::new(0);
         assert!(!g.enabled());
-        assert!(!g.judge([(1000, 1000)]));
+        assert!(!g.judge([(1000, 1000, A)]));
         assert!(!g.closed());
+        assert!(!g.turns_away([0]));
     }
 }

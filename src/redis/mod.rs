@@ -436,21 +436,21 @@ pub async fn primaries(conn: &mut RedisConn) -> Result<Vec<Vec<(u16, u16)>>, Red
     }
 }
 
-/// Each primary's address (`host:port`), from `CLUSTER SLOTS`; `None` for one non-cluster Redis.
-pub async fn primary_addrs(conn: &mut RedisConn) -> Result<Option<Vec<String>>, RedisError> {
+/// Each primary's address (`host:port`) and slot ranges, from `CLUSTER SLOTS`; `None` for one
+/// non-cluster Redis.
+pub async fn primary_slots(conn: &mut RedisConn) -> Result<Option<SlotOwners>, RedisError> {
     match conn {
         RedisConn::Single(_) => Ok(None),
-        RedisConn::Cluster(c, _) => Ok(Some(
-            slot_owners(c).await?.into_iter().map(|(a, _)| a).collect(),
-        )),
+        RedisConn::Cluster(c, _) => Ok(Some(slot_owners(c).await?)),
     }
 }
 
+/// Primaries by address, each with the slot ranges it serves.
+pub type SlotOwners = Vec<(String, Vec<(u16, u16)>)>;
+
 /// Each primary's address (`host:port`) and slot ranges, from `CLUSTER SLOTS`, in a stable
 /// order (by their first slot), so every instance would choose the same placement.
-async fn slot_owners(
-    cluster: &Arc<watched::Watched>,
-) -> Result<Vec<(String, Vec<(u16, u16)>)>, RedisError> {
+async fn slot_owners(cluster: &Arc<watched::Watched>) -> Result<SlotOwners, RedisError> {
     let mut read = redis::cmd("CLUSTER");
     read.arg("SLOTS");
     let reply = cluster

@@ -17,6 +17,7 @@ use crate::common::{
     assert_error, eventually, in_form, on_both_forms, spawn_app_with, unique, TestApp,
 };
 use crate::seats::{book, hold, wait_decided};
+use waitroom::redis::keys::slot;
 
 /// `waitroom_memory_guard_closed` as the service exports it.
 async fn guard_closed(app: &TestApp) -> bool {
@@ -48,7 +49,9 @@ async fn near_full(form: &str) {
     )
     .await;
     let show = unique("s");
-    app.create_show(&show, json!({"event": ev, "seats": ["A-1", "A-2"]}))
+    // A third seat left over: with every seat sold or held, the leader's next look would call
+    // the event sold out, and the last enter below would answer `sold_out`, not `waiting`.
+    app.create_show(&show, json!({"event": ev, "seats": ["A-1", "A-2", "A-3"]}))
         .await;
     let alice = app.admitted(&ev, "alice").await;
     let bob: Value = app.enter_ok(&ev, "bob").await;
@@ -68,11 +71,18 @@ async fn near_full(form: &str) {
             limit
         })
         .collect();
+    // The guard reads the primaries one by one, and they were given their limits one by one:
+    // wait for a read that found the event's own primaries over the line.
     eventually(Duration::from_secs(10), "the guard closed", || async {
-        guard_closed(&app).await.then_some(())
+        (app.get_event(&ev).await["stats"]["turning_away"] == true).then_some(())
     })
     .await;
-    assert_eq!(app.get_event(&ev).await["stats"]["turning_away"], true);
+    assert!(guard_closed(&app).await);
+    assert_eq!(
+        app.metric("waitroom_memory_guard_line_ratio").await,
+        0.5,
+        "the line the warning and the dashboards compare with"
+    );
 
     // Someone new is turned away, with a Retry-After longer than a fault's (30 s and up to
     // 15 s at random).
@@ -181,4 +191,93 @@ on_both_forms!(
     a_redis_near_full_turns_new_people_away_and_the_sale_goes_on_sorted_sets,
     /// The same on a numbered line, whose enters go in batches.
     a_redis_near_full_turns_new_people_away_and_the_sale_goes_on_numbered
+);
+
+/// The one slot a one-shard line grows: a numbered line's, or its shard's.
+async fn line_slot(app: &TestApp, ev: &str, form: &str) -> u16 {
+    if form == "numbered" {
+        return slot(&app.keys.numbered(ev).line);
+    }
+    let stats = app.get_event(ev).await["stats"].clone();
+    let tag = stats["shards"][0]["tag"].as_str().unwrap().to_owned();
+    slot(&app.keys.shard(&tag).waiting)
+}
+
+async fn one_node_full(form: &str) {
+    let cluster = RedisProcs::cluster(if form == "numbered" { 7250 } else { 7240 });
+    let urls = cluster.urls();
+    let app = spawn_app_with(|c| {
+        c.redis.nodes = urls;
+        c.redis.enter_memory_percent = 50;
+        c.redis.memory_check_ms = 100;
+    })
+    .await;
+    // Two lines of one slot each, on two different primaries.
+    let body = in_form(form, json!({"shards": 1, "admit_per_second": 0}));
+    let a = unique("a");
+    app.create_event(&a, body.clone()).await;
+    let node_a = cluster.primary_for_slot(line_slot(&app, &a, form).await);
+    let mut b = String::new();
+    for _ in 0..40 {
+        let name = unique("b");
+        app.create_event(&name, body.clone()).await;
+        if cluster.primary_for_slot(line_slot(&app, &name, form).await) != node_a {
+            b = name;
+            break;
+        }
+    }
+    assert!(
+        !b.is_empty(),
+        "no event landed on another primary in 40 tries"
+    );
+    let alice: Value = app.enter_ok(&a, "alice").await;
+    let bob: Value = app.enter_ok(&b, "bob").await;
+
+    // A's primary at two thirds of a maxmemory, over the guard's 50 %; the others unlimited.
+    cluster.set_maxmemory(node_a, cluster.used_memory(node_a) * 3 / 2);
+    eventually(Duration::from_secs(10), "the guard closed", || async {
+        guard_closed(&app).await.then_some(())
+    })
+    .await;
+    assert_eq!(app.get_event(&a).await["stats"]["turning_away"], true);
+    assert_eq!(app.get_event(&b).await["stats"]["turning_away"], false);
+
+    // Someone new to A's line is turned away; someone new to B's line, on a primary with
+    // room, joins it behind bob.
+    let (status, r) = enter(&app, &a, "carol").await;
+    assert_error(r, StatusCode::SERVICE_UNAVAILABLE, "unavailable").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let dave: Value = app.enter_ok(&b, "dave").await;
+    assert_eq!(dave["status"], "waiting", "{dave}");
+    assert_eq!(dave["position"], 2, "{dave}");
+    let again: Value = app.enter_ok(&a, "alice").await;
+    assert_eq!(
+        again["ticket"], alice["ticket"],
+        "alice keeps her place in A"
+    );
+    assert_eq!(again["position"], 1);
+    assert_eq!(bob["position"], 1);
+    let turned = |ev: &str| format!(r#"waitroom_queue_turned_away_total{{event="{ev}"}}"#);
+    assert_eq!(app.metric(&turned(&a)).await, 1.0);
+    assert_eq!(app.metric(&turned(&b)).await, 0.0);
+
+    // Memory back: A takes new people again.
+    cluster.set_maxmemory(node_a, 0);
+    eventually(Duration::from_secs(10), "the guard opened", || async {
+        (!guard_closed(&app).await).then_some(())
+    })
+    .await;
+    let carol: Value = app.enter_ok(&a, "carol").await;
+    assert_eq!(carol["position"], 2, "{carol}");
+    assert_eq!(app.get_event(&a).await["stats"]["turning_away"], false);
+}
+
+on_both_forms!(
+    tokio::test(flavor = "multi_thread", worker_threads = 2),
+    one_node_full:
+    /// Sorted sets: one primary near full turns away only the people new to the lines on it;
+    /// an event whose line lives on another primary takes new people as before.
+    one_full_primary_turns_away_only_the_lines_on_it_sorted_sets,
+    /// The same on numbered lines, each in its event's one slot.
+    one_full_primary_turns_away_only_the_lines_on_it_numbered
 );
