@@ -306,7 +306,8 @@ impl Queue {
                 Err(e) => Err(e),
             };
         }
-        if self.memory.turns_away(ev.growth_slots()) {
+        // `closed` first: while all is well an enter pays one atomic load, not the line's slots.
+        if self.memory.closed() && self.memory.turns_away(ev.growth_slots()) {
             // Redis is near full where this line grows: the line does not grow, so the sale
             // keeps room to write.
             // Whoever is in it already gets their standing, as an enter again always does.
