@@ -278,7 +278,7 @@ fn detail(e: &Value) -> String {
     ));
     if s["turning_away"] == Value::Bool(true) {
         out.push_str(
-            "new people turned away: a Redis node is near its memory limit (the memory guard)\n",
+            "new people turned away: a Redis node of this line is near its memory limit (the memory guard)\n",
         );
     }
     for shard in s["shards"].as_array().map_or(&[][..], |v| v) {

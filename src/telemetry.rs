@@ -123,8 +123,8 @@ pub const QUEUE_ENTERED: &str = "waitroom_queue_entered_total";
 /// Enters of people not in the line that this instance turned away (503) while the memory
 /// guard was closed, by `event`.
 pub const QUEUE_TURNED_AWAY: &str = "waitroom_queue_turned_away_total";
-/// 1 while this instance's memory guard turns new people away (a Redis primary at or above
-/// `WAITROOM_REDIS_ENTER_MEMORY_PERCENT` of its `maxmemory`), else 0.
+/// 1 while this instance's memory guard turns people new to the lines on a full primary away (a
+/// Redis primary at or above `WAITROOM_REDIS_ENTER_MEMORY_PERCENT` of its `maxmemory`), else 0.
 pub const MEMORY_GUARD_CLOSED: &str = "waitroom_memory_guard_closed";
 /// The memory guard's line as a share of `maxmemory` (`WAITROOM_REDIS_ENTER_MEMORY_PERCENT` ÷ 100;
 /// 0 when the guard is off), for the warning before it closes and the dashboards.

@@ -134,9 +134,10 @@ pub struct EventStats {
     /// The leader's moving average of the estimated positions' relative error (sampled; none
     /// under `timestamp`, which is exact).
     pub measured_position_error: Option<f64>,
-    /// True while the answering instance's memory guard turns new people away: a Redis primary
-    /// uses `WAITROOM_REDIS_ENTER_MEMORY_PERCENT` or more of its `maxmemory`
-    /// ([`crate::redis::memory`]). The guard is the deployment's, so every event shows the same.
+    /// True while the answering instance's memory guard turns people new to this event's line
+    /// away: a Redis primary that serves a slot of the line uses
+    /// `WAITROOM_REDIS_ENTER_MEMORY_PERCENT` or more of its `maxmemory`
+    /// ([`crate::redis::memory`]). An event whose line lives on other primaries shows false.
     pub turning_away: bool,
 }
 

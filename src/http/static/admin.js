@@ -170,7 +170,7 @@
     var door = c.querySelector('[data-f=door]');
     door.hidden = !st.turning_away;
     door.textContent = st.turning_away
-      ? 'New people are turned away: a Redis node is near its memory limit. Everyone in the line is still served.' : '';
+      ? 'New people are turned away: a Redis node of this line is near its memory limit. Everyone in the line is still served.' : '';
     c.setAttribute('data-turning-away', st.turning_away ? 'true' : 'false');
     set('waiting', num(st.waiting));
     set('active', num(st.active));
