@@ -24,6 +24,25 @@ async fn guard_closed(app: &TestApp) -> bool {
     app.metric("waitroom_memory_guard_closed").await == 1.0
 }
 
+/// A service on `cluster` whose guard closes at 50 % of `maxmemory` and reads every 100 ms.
+async fn guarded_app(cluster: &RedisProcs) -> TestApp {
+    let urls = cluster.urls();
+    spawn_app_with(|c| {
+        c.redis.nodes = urls;
+        c.redis.enter_memory_percent = 50;
+        c.redis.memory_check_ms = 100;
+    })
+    .await
+}
+
+/// Waits (bounded) until the guard of `app` has opened again.
+async fn guard_opened(app: &TestApp) {
+    eventually(Duration::from_secs(10), "the guard opened", || async {
+        (!guard_closed(app).await).then_some(())
+    })
+    .await;
+}
+
 /// An enter's answer: its status and body.
 async fn enter(app: &TestApp, ev: &str, user: &str) -> (StatusCode, reqwest::Response) {
     let r = app.enter(ev, user).await;
@@ -32,13 +51,7 @@ async fn enter(app: &TestApp, ev: &str, user: &str) -> (StatusCode, reqwest::Res
 
 async fn near_full(form: &str) {
     let cluster = RedisProcs::cluster(if form == "numbered" { 7220 } else { 7210 });
-    let urls = cluster.urls();
-    let app = spawn_app_with(|c| {
-        c.redis.nodes = urls;
-        c.redis.enter_memory_percent = 50;
-        c.redis.memory_check_ms = 100;
-    })
-    .await;
+    let app = guarded_app(&cluster).await;
     let ev = unique("e");
     app.create_event(
         &ev,
@@ -172,10 +185,7 @@ async fn near_full(form: &str) {
         StatusCode::CREATED,
         "bob's hold once memory is back"
     );
-    eventually(Duration::from_secs(10), "the guard opened", || async {
-        (!guard_closed(&app).await).then_some(())
-    })
-    .await;
+    guard_opened(&app).await;
     let carol: Value = app.enter_ok(&ev, "carol").await;
     assert_eq!(carol["status"], "waiting");
     assert_eq!(app.get_event(&ev).await["stats"]["turning_away"], false);
@@ -205,13 +215,7 @@ async fn line_slot(app: &TestApp, ev: &str, form: &str) -> u16 {
 
 async fn one_node_full(form: &str) {
     let cluster = RedisProcs::cluster(if form == "numbered" { 7250 } else { 7240 });
-    let urls = cluster.urls();
-    let app = spawn_app_with(|c| {
-        c.redis.nodes = urls;
-        c.redis.enter_memory_percent = 50;
-        c.redis.memory_check_ms = 100;
-    })
-    .await;
+    let app = guarded_app(&cluster).await;
     // Two lines of one slot each, on two different primaries.
     let body = in_form(form, json!({"shards": 1, "admit_per_second": 0}));
     let a = unique("a");
@@ -263,10 +267,7 @@ async fn one_node_full(form: &str) {
 
     // Memory back: A takes new people again.
     cluster.set_maxmemory(node_a, 0);
-    eventually(Duration::from_secs(10), "the guard opened", || async {
-        (!guard_closed(&app).await).then_some(())
-    })
-    .await;
+    guard_opened(&app).await;
     let carol: Value = app.enter_ok(&a, "carol").await;
     assert_eq!(carol["position"], 2, "{carol}");
     assert_eq!(app.get_event(&a).await["stats"]["turning_away"], false);
