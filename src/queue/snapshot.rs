@@ -687,11 +687,13 @@ mod tests {
 
     #[tokio::test]
     async fn past_three_quarters_of_the_age_one_poll_reads_and_the_others_keep_the_figures() {
-        let s = Snapshots::new(Duration::from_millis(1000));
+        // An age of 2 s leaves the 20 reads below 400 ms of slack before it (200 ms were
+        // enough on an idle machine; a loaded one can pause a test's thread for longer).
+        let s = Snapshots::new(Duration::from_millis(2000));
         let reads = AtomicU64::new(0);
         read(&s, &reads, true).await;
-        // Past 750 ms, under 1,000.
-        tokio::time::sleep(Duration::from_millis(800)).await;
+        // Past 1,500 ms (three quarters), under 2,000.
+        tokio::time::sleep(Duration::from_millis(1600)).await;
         let done = std::sync::atomic::AtomicBool::new(false);
         let reader = s.figures("l", |_| async {
             reads.fetch_add(1, Ordering::SeqCst);

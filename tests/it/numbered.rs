@@ -172,15 +172,17 @@ async fn numbered_admission_skips_the_abandoned_and_refills_on_leave_and_expiry(
     app.create_event(
         &ev,
         json!({"line_form": "numbered", "shards": 2, "admit_per_second": 0,
-               "active_capacity": 2, "abandon_after_seconds": 1, "active_ttl_seconds": 3}),
+               "active_capacity": 2, "abandon_after_seconds": 3, "active_ttl_seconds": 3}),
     )
     .await;
     let mut tickets = Vec::new();
     for u in ["silent", "b", "c", "d", "e"] {
         tickets.push(ticket_of(&app.enter_ok(&ev, u).await).await);
     }
-    // Past the abandon bound (1 s + a quarter), polling all but the first.
-    for _ in 0..8 {
+    // Past the abandon bound (3 s + a quarter, and up to a record period, 0.75 s, of leniency),
+    // polling all but the first. The abandon time is 3 s, not 1 s, because d and e are next
+    // polled only after b and c are let in, and the tick judges them meanwhile.
+    for _ in 0..24 {
         for t in &tickets[1..] {
             app.poll_ok(&ev, t).await;
         }
@@ -618,7 +620,8 @@ async fn a_budget_of_several_steps_admits_exactly_the_room_in_order() {
 
 /// The overload guard on the numbered line: when most people near the front who have polled
 /// were not seen lately, their polls are likelier lost than they all gone. 1,000 poll once,
-/// then nothing reaches the service for 2 s (past the 1.25 s bound): the gate opens at
+/// then nothing reaches the service for 4 s (past the 2.5 s bound and its half-second period of
+/// leniency; the guard's is 10.5 s, so the 1,000 polls have 6.5 s): the gate opens at
 /// 100,000/s (5,000 a tick, in steps of 700) and all 1,000 are let in, held to the guard's
 /// longer bound — in the later steps too, which take the first step's finding (were they held
 /// to the short bound, the 300 past the first step would be taken for gone). Someone who
@@ -630,13 +633,13 @@ async fn while_the_guard_holds_on_the_numbered_line_people_who_polled_keep_their
     app.create_event(
         &ev,
         json!({"line_form": "numbered", "shards": 2, "admit_per_second": 0,
-               "abandon_after_seconds": 1, "active_capacity": 2000}),
+               "abandon_after_seconds": 2, "active_capacity": 2000}),
     )
     .await;
     let silent = ticket_of(&app.enter_ok(&ev, "silent").await).await;
     let entered = tickets_entered(&app, &ev, 1000).await;
     standings(&app, &ev, &entered).await;
-    tokio::time::sleep(Duration::from_millis(2000)).await;
+    tokio::time::sleep(Duration::from_millis(4000)).await;
     app.update_event(&ev, json!({"admit_per_second": 100000}))
         .await;
     until_active(&app, &ev, 1000).await;
@@ -654,10 +657,10 @@ async fn while_the_guard_holds_on_the_numbered_line_people_who_polled_keep_their
 }
 
 /// A sale for the guard's judgement, on a new two-shard numbered line with an abandon time of
-/// 1 s (a bound of 1.25 s). In this order `never` enter and never poll, `left` enter, poll once
-/// and leave, `once` enter and poll once, `fresh` enter and keep polling; 2 s later (past the
-/// bound) the gate opens at 5,000/s while the fresh keep polling, for 1.5 s. The event, the
-/// once and the fresh.
+/// 2 s (a bound of 2.5 s; each round of the fresh's polls has 2 s). In this order `never` enter
+/// and never poll, `left` enter, poll once and leave, `once` enter and poll once, `fresh` enter
+/// and keep polling; 4 s later (past the bound) the gate opens at 5,000/s while the fresh keep
+/// polling, for 3 s. The event, the once and the fresh.
 async fn guard_sale(
     app: &TestApp,
     never: usize,
@@ -669,7 +672,7 @@ async fn guard_sale(
     app.create_event(
         &ev,
         json!({"line_form": "numbered", "shards": 2, "admit_per_second": 0,
-               "abandon_after_seconds": 1}),
+               "abandon_after_seconds": 2}),
     )
     .await;
     entered_in_order(app, &ev, "never", never).await;
@@ -681,10 +684,10 @@ async fn guard_sale(
     let once = entered_in_order(app, &ev, "once", once).await;
     let fresh = entered_in_order(app, &ev, "fresh", fresh).await;
     standings(app, &ev, &once).await;
-    keep_polling(app, &ev, &fresh, Duration::from_millis(2000)).await;
+    keep_polling(app, &ev, &fresh, Duration::from_millis(4000)).await;
     app.update_event(&ev, json!({"admit_per_second": 5000}))
         .await;
-    keep_polling(app, &ev, &fresh, Duration::from_millis(1500)).await;
+    keep_polling(app, &ev, &fresh, Duration::from_millis(3000)).await;
     (ev, once, fresh)
 }
 

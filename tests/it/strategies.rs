@@ -116,7 +116,10 @@ pub const EVERY_DIRECTION: [&str; 12] = [
 async fn statistical_positions_and_admission_stay_within_their_documented_bounds() {
     let app = Arc::new(spawn_app().await);
     let ev = unique("e");
-    app.create_event(&ev, json!({"shards": 8, "admit_per_second": 0, "strategy": "statistical", "active_capacity": 800}))
+    app.create_event(&ev, json!({"shards": 8, "admit_per_second": 0, "strategy": "statistical", "active_capacity": 800,
+                  // Nobody polls while 20,000 enter: the default 60 s would take the first for
+                  // gone were the enters slower than ~270/s.
+                  "abandon_after_seconds": 600}))
         .await;
     let tickets = enter_many(&app, &ev, "u", 20_000).await;
     // The leader publishes the line's total about once a second; let it and the cache catch up.
@@ -618,7 +621,7 @@ async fn global_counter_stops_counting_a_place_removed_as_abandoned_behind_the_h
     app.create_event(
         &ev,
         json!({"shards": 4, "admit_per_second": 0, "active_capacity": 1,
-               "strategy": "global_counter", "abandon_after_seconds": 1}),
+               "strategy": "global_counter", "abandon_after_seconds": 3}),
     )
     .await;
     let ticket = |v: Value| v["ticket"].as_str().unwrap().to_owned();
@@ -638,7 +641,7 @@ async fn global_counter_stops_counting_a_place_removed_as_abandoned_behind_the_h
     .await;
     // The figures of the tick that admitted them describe the line before it: the next tick's
     // count the admitted one out.
-    eventually(Duration::from_secs(3), "the tenth at 9", || async {
+    eventually(Duration::from_secs(10), "the tenth at 9", || async {
         (app.poll_ok(&ev, &tickets[9]).await["position"] == 9).then_some(())
     })
     .await;
