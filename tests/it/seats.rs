@@ -230,7 +230,7 @@ async fn a_lapsed_hold_frees_its_seats_and_cannot_be_booked() {
     let (ev, show) = sale(
         &app,
         json!({"seats": ["A-1", "A-2"]}),
-        json!({"hold_ttl_seconds": 1}),
+        json!({"hold_ttl_seconds": 2}),
     )
     .await;
     let token = admitted(&app, &ev, "alice").await;
@@ -239,7 +239,7 @@ async fn a_lapsed_hold_frees_its_seats_and_cannot_be_booked() {
     let h: Value = r.json().await.unwrap();
     assert!(h["expires_at"].as_str().unwrap().ends_with('Z'));
     assert_eq!(seat_states(&app, &show).await["A-1"], "held");
-    tokio::time::sleep(Duration::from_millis(1300)).await;
+    tokio::time::sleep(Duration::from_millis(2300)).await;
     assert_eq!(seat_states(&app, &show).await["A-1"], "available");
     assert_hold_gone(&app, &show, &token, h["hold_id"].as_str().unwrap()).await;
     // Released holds are gone too.
@@ -1046,7 +1046,8 @@ async fn a_seat_whose_hold_lapsed_can_be_held_at_once_without_waiting_for_a_swee
 async fn a_general_admission_hold_released_or_lapsed_gives_its_places_back_once_and_a_booked_one_never(
 ) {
     let app = spawn_app().await;
-    let (ev, show) = sale(&app, json!({"quantity": 5}), json!({"hold_ttl_seconds": 1})).await;
+    // Holds of 3 s: each part does up to four requests (a booking among them) inside one.
+    let (ev, show) = sale(&app, json!({"quantity": 5}), json!({"hold_ttl_seconds": 3})).await;
     let (alice, bob) = (
         admitted(&app, &ev, "alice").await,
         admitted(&app, &ev, "bob").await,
@@ -1068,7 +1069,7 @@ async fn a_general_admission_hold_released_or_lapsed_gives_its_places_back_once_
     let lapsed: Value = r.json().await.unwrap();
     let lapsed = lapsed["hold_id"].as_str().unwrap();
     assert_eq!(available(&app, &show).await, 2);
-    tokio::time::sleep(Duration::from_millis(1300)).await;
+    tokio::time::sleep(Duration::from_millis(3300)).await;
     assert_eq!(
         available(&app, &show).await,
         5,
@@ -1084,7 +1085,7 @@ async fn a_general_admission_hold_released_or_lapsed_gives_its_places_back_once_
     let b = book(&app, &show, &bob, h["hold_id"].as_str().unwrap()).await;
     assert_eq!(b.status(), StatusCode::CREATED);
     let b: Value = b.json().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1300)).await;
+    tokio::time::sleep(Duration::from_millis(3300)).await;
     assert_eq!(
         available(&app, &show).await,
         1,
