@@ -293,7 +293,11 @@ impl EventPatch {
             counter_start: 0,
             entry_key: None,
             member_form: MemberForm::Short,
-            line_form: LineForm::SortedSets,
+            // A new event gets the numbered line unless it asks for the sorted sets: exact
+            // positions for every strategy at a fraction of the memory and the admission cost
+            // (docs/numbered-line.md). Stored events without the field stay sorted sets
+            // (the serde default, `LineForm::default`).
+            line_form: LineForm::Numbered,
             index_buckets: 0,
             index_in_line: false,
             record_period_ms: 0,
@@ -526,6 +530,45 @@ impl PartialEq for EventMetrics {
 mod switch_tests {
     use super::*;
 
+    /// A creation that asks for the sorted sets.
+    fn sorted_sets() -> EventPatch {
+        EventPatch {
+            line_form: Some(LineForm::SortedSets),
+            ..EventPatch::default()
+        }
+    }
+
+    #[test]
+    fn a_new_event_gets_the_numbered_line_unless_it_asks_for_the_sorted_sets() {
+        let created = EventPatch::default().apply(None).unwrap();
+        assert_eq!(created.line_form, LineForm::Numbered);
+        assert_eq!(created.strategy, StrategyKind::GlobalCounter);
+        assert!(created.index_in_line);
+        assert_eq!(created.index_buckets, INDEX_BUCKETS);
+        let sorted = sorted_sets().apply(None).unwrap();
+        assert_eq!(sorted.line_form, LineForm::SortedSets);
+        assert_eq!(sorted.strategy, StrategyKind::Timestamp);
+        assert_eq!(sorted.index_buckets, 0);
+        // An event stored before the field existed is a sorted-set line, and a change that
+        // names no form keeps the form it has.
+        let mut stored = serde_json::to_value(&sorted).unwrap();
+        stored.as_object_mut().unwrap().remove("line_form");
+        let stored: EventConfig = serde_json::from_value(stored).unwrap();
+        assert_eq!(stored.line_form, LineForm::SortedSets);
+        let later = EventPatch {
+            admit_per_second: Some(5.0),
+            ..EventPatch::default()
+        };
+        assert_eq!(
+            later.apply(Some(&stored)).unwrap().line_form,
+            LineForm::SortedSets
+        );
+        assert_eq!(
+            later.apply(Some(&created)).unwrap().line_form,
+            LineForm::Numbered
+        );
+    }
+
     #[test]
     fn a_numbered_lines_record_period_is_fixed_with_the_line() {
         let numbered = |abandon: Option<u64>| EventPatch {
@@ -564,7 +607,7 @@ mod switch_tests {
             5_000
         );
         // The sorted sets keep none.
-        let sorted = EventPatch::default().apply(None).unwrap();
+        let sorted = sorted_sets().apply(None).unwrap();
         assert_eq!(sorted.record_period_ms, 0);
         assert_eq!(abandon(4).apply(Some(&sorted)).unwrap().record_period_ms, 0);
     }
@@ -602,7 +645,7 @@ mod switch_tests {
             };
             assert_eq!(later.apply(Some(&cfg)).unwrap().strategy, strategy);
         }
-        let mut sorted = EventPatch::default().apply(None).unwrap();
+        let mut sorted = sorted_sets().apply(None).unwrap();
         sorted.strategy = Hybrid;
         assert_eq!(sorted.positions_by(None), Timestamp);
         assert_eq!(sorted.positions_by(Some(Statistical)), Statistical);
@@ -929,7 +972,8 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.shards, 4);
         assert_eq!(cfg.state, EventState::Open);
-        assert_eq!(cfg.strategy, StrategyKind::Timestamp);
+        // The numbered line's own order (a sorted-set line's default is `timestamp`).
+        assert_eq!(cfg.strategy, StrategyKind::GlobalCounter);
         let paused = EventPatch {
             state: Some(EventState::Paused),
             ..Default::default()

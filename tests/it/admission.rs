@@ -309,7 +309,7 @@ async fn one_shard_line(app: &TestApp, capacity: u64) -> (String, String) {
     let ev = unique("e");
     app.create_event(
         &ev,
-        json!({"shards": 1, "admit_per_second": 0, "active_capacity": capacity,
+        json!({"line_form": "sorted_sets", "shards": 1, "admit_per_second": 0, "active_capacity": capacity,
                "abandon_after_seconds": 60}),
     )
     .await;
@@ -347,7 +347,7 @@ async fn admission_keeps_global_order_when_the_front_of_the_line_is_all_in_one_s
     let ev = unique("e");
     app.create_event(
         &ev,
-        json!({"shards": 8, "admit_per_second": 0, "active_capacity": 100000}),
+        json!({"line_form": "sorted_sets", "shards": 8, "admit_per_second": 0, "active_capacity": 100000}),
     )
     .await;
     let tags = app.shard_tags(&ev).await;
@@ -423,7 +423,7 @@ async fn nobody_is_taken_for_gone_when_most_of_the_line_has_not_been_heard_from(
         async move {
             app.create_event(
                 &event,
-                json!({"shards": 2, "admit_per_second": 0, "active_capacity": 100000,
+                json!({"line_form": "sorted_sets", "shards": 2, "admit_per_second": 0, "active_capacity": 100000,
                        "abandon_after_seconds": 60}),
             )
             .await;
@@ -595,7 +595,7 @@ async fn a_move_past_its_lease_or_run_twice_admits_nobody_more() {
     let ev = unique("e");
     app.create_event(
         &ev,
-        json!({"shards": 1, "admit_per_second": 0, "active_capacity": 1000}),
+        json!({"line_form": "sorted_sets", "shards": 1, "admit_per_second": 0, "active_capacity": 1000}),
     )
     .await;
     let tag = app.shard_tags(&ev).await.remove(0);
@@ -717,7 +717,7 @@ async fn a_poll_records_itself_at_most_once_per_quarter_of_the_abandon_time() {
     // Abandonment after 1 s: a poll records itself at most every 250 ms.
     app.create_event(
         &ev,
-        json!({"shards": 1, "admit_per_second": 0, "abandon_after_seconds": 1}),
+        json!({"line_form": "sorted_sets", "shards": 1, "admit_per_second": 0, "abandon_after_seconds": 1}),
     )
     .await;
     let ticket = app.enter_ok(&ev, "alice").await["ticket"]
@@ -789,7 +789,7 @@ async fn people_beyond_the_horizon_write_nothing_and_are_still_found_gone_at_the
     let ev = unique("e");
     app.create_event(
         &ev,
-        json!({"shards": 1, "admit_per_second": 0, "active_capacity": 1200,
+        json!({"line_form": "sorted_sets", "shards": 1, "admit_per_second": 0, "active_capacity": 1200,
                "abandon_after_seconds": 1}),
     )
     .await;
@@ -893,7 +893,7 @@ async fn every_strategy_admits_the_people_still_polling_and_removes_the_abandone
         let ev = unique("e");
         app.create_event(
             &ev,
-            json!({"shards": 1, "admit_per_second": 0, "active_capacity": 1000,
+            json!({"line_form": "sorted_sets", "shards": 1, "admit_per_second": 0, "active_capacity": 1000,
                    "abandon_after_seconds": 60, "strategy": strategy}),
         )
         .await;

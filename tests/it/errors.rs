@@ -343,8 +343,11 @@ async fn redis_unreachable_is_503_with_retry_after_and_never_a_guess() {
 async fn a_queue_key_of_the_wrong_type_is_moved_aside_and_the_line_keeps_working() {
     let app = spawn_app().await;
     let ev = unique("e");
-    app.create_event(&ev, json!({"shards": 1, "admit_per_second": 0}))
-        .await;
+    app.create_event(
+        &ev,
+        json!({"line_form": "sorted_sets", "shards": 1, "admit_per_second": 0}),
+    )
+    .await;
     let tag = app.shard_tags(&ev).await.remove(0);
     let waiting = app.keys.shard(&tag).waiting;
     let () = app

@@ -198,16 +198,26 @@ async fn re_entering_returns_the_same_ticket_and_never_a_worse_position() {
     assert!(again["access_token"].is_null());
 }
 
-/// Someone admitted who enters again (a refreshed page, a second tab) keeps the session: the
-/// answer is `admitted`, with the same admission time and a token, and takes no place in the
-/// line behind the people still waiting.
-#[tokio::test]
-async fn entering_again_while_admitted_keeps_the_session_and_takes_no_place() {
+on_both_forms!(
+    tokio::test,
+    entering_again_while_admitted:
+    /// Someone admitted who enters again (a refreshed page, a second tab) keeps the session: the
+    /// answer is `admitted`, with the same admission time and a token, and takes no place in the
+    /// line behind the people still waiting.
+    entering_again_while_admitted_keeps_the_session_and_takes_no_place,
+    /// The same on a numbered line, where the second enter's spare number is marked gone.
+    on_a_numbered_line_entering_again_while_admitted_keeps_the_session_and_takes_no_place
+);
+
+async fn entering_again_while_admitted(form: &str) {
     let app = spawn_app().await;
     let ev = unique("e");
     app.create_event(
         &ev,
-        json!({"shards": 2, "admit_per_second": 1000, "active_capacity": 1}),
+        in_form(
+            form,
+            json!({"shards": 2, "admit_per_second": 1000, "active_capacity": 1}),
+        ),
     )
     .await;
     let ticket = app.enter_ok(&ev, "alice").await["ticket"]
@@ -237,10 +247,15 @@ async fn entering_again_while_admitted_keeps_the_session_and_takes_no_place() {
         std::collections::HashSet::from([member(&ticket)])
     );
     assert_eq!(
-        app.waiting_members(&ev).await.len(),
+        app.get_event(&ev).await["stats"]["waiting"],
         3,
         "she took no place in the line"
     );
+    // The three behind her: places 1 to 3, none behind a place of hers.
+    for i in 0..3 {
+        let s = app.enter_ok(&ev, &format!("u{i}")).await;
+        assert_eq!(s["position"], i + 1, "{s}");
+    }
 }
 
 #[tokio::test]
@@ -326,8 +341,11 @@ async fn an_event_stored_before_the_short_member_keeps_the_hyphenated_one() {
     let app = spawn_app().await;
     let (old, new) = (unique("e"), unique("e"));
     for ev in [&old, &new] {
-        app.create_event(ev, json!({"shards": 2, "admit_per_second": 0}))
-            .await;
+        app.create_event(
+            ev,
+            json!({"line_form": "sorted_sets", "shards": 2, "admit_per_second": 0}),
+        )
+        .await;
     }
     // Arrange: the old event's configuration as an earlier version stored it.
     let key = app.keys.event_config(&old);

@@ -36,7 +36,7 @@ async fn a_poll_costs_n_commands_under_timestamp_three_under_global_counter_one_
         let ev = unique("e");
         app.create_event(
             &ev,
-            json!({"shards": 8, "admit_per_second": 0, "strategy": strategy}),
+            json!({"line_form": "sorted_sets", "shards": 8, "admit_per_second": 0, "strategy": strategy}),
         )
         .await;
         let mut tickets = Vec::new();
@@ -130,8 +130,11 @@ async fn replica_ports() -> Vec<u16> {
 async fn with_replica_reads_the_other_shards_counts_come_from_replicas_and_stay_exact() {
     let app = spawn_app_with(|c| c.redis.read_from_replicas = true).await;
     let ev = unique("e");
-    app.create_event(&ev, json!({"shards": 8, "admit_per_second": 0}))
-        .await;
+    app.create_event(
+        &ev,
+        json!({"line_form": "sorted_sets", "shards": 8, "admit_per_second": 0}),
+    )
+    .await;
     let mut tickets = Vec::new();
     for i in 0..30 {
         tickets.push(
@@ -161,7 +164,7 @@ async fn a_stale_slot_map_costs_a_retry_but_never_a_wrong_position() {
     // claims one node serves every slot, so the one pipeline meets MOVED for the keys of the
     // other primaries: the counts must be retried one by one, and the positions stay exact.
     use waitroom::ids::{EventId, UserId};
-    use waitroom::queue::event::EventPatch;
+    use waitroom::queue::event::{EventPatch, LineForm};
     let cfg = crate::common::test_config(&unique("t"));
     let conn = waitroom::redis::connect(&cfg.redis).await.unwrap();
     assert!(conn.is_cluster(), "the local stack is a cluster");
@@ -175,6 +178,7 @@ async fn a_stale_slot_map_costs_a_retry_but_never_a_wrong_position() {
             &EventPatch {
                 shards: Some(8),
                 admit_per_second: Some(0.0),
+                line_form: Some(LineForm::SortedSets),
                 ..Default::default()
             },
         )
@@ -220,7 +224,7 @@ async fn exact_line(app: &TestApp) -> (String, Vec<String>) {
     let ev = unique("e");
     app.create_event(
         &ev,
-        json!({"shards": 8, "admit_per_second": 0, "strategy": "timestamp"}),
+        json!({"line_form": "sorted_sets", "shards": 8, "admit_per_second": 0, "strategy": "timestamp"}),
     )
     .await;
     let mut tickets = Vec::new();
@@ -260,7 +264,7 @@ async fn with_direct_connections_each_poll_is_answered_by_its_primary_directly()
     // below is a poll's. A `statistical` poll is one pipeline of its own shard's reads (no
     // grouped reads), so if commands were not routed directly the count would not move.
     use waitroom::ids::{EventId, Ticket, UserId};
-    use waitroom::queue::event::EventPatch;
+    use waitroom::queue::event::{EventPatch, LineForm};
     let metrics = waitroom::telemetry::metrics_handle();
     let mut cfg = crate::common::test_config(&unique("t"));
     cfg.redis.direct = true;
@@ -273,6 +277,7 @@ async fn with_direct_connections_each_poll_is_answered_by_its_primary_directly()
             shards: Some(8),
             admit_per_second: Some(0.0),
             strategy: Some(strategy.parse().unwrap()),
+            line_form: Some(LineForm::SortedSets),
             ..Default::default()
         };
         queue.put_event(&ev, &patch).await.unwrap();
@@ -333,7 +338,7 @@ async fn a_remembered_score_makes_an_exact_position_one_round_trip_and_a_stale_o
     // Two instances over one cluster: `a` took everyone's enter (and remembers their scores),
     // `b` has never seen them.
     use waitroom::ids::{EventId, Ticket, UserId};
-    use waitroom::queue::event::EventPatch;
+    use waitroom::queue::event::{EventPatch, LineForm};
     use waitroom::queue::Queue;
     let metrics = waitroom::telemetry::metrics_handle();
     let prefetches = |outcome: &str| outcome_total(&metrics.render(), PREFETCH, outcome);
@@ -347,6 +352,7 @@ async fn a_remembered_score_makes_an_exact_position_one_round_trip_and_a_stale_o
         shards: Some(8),
         admit_per_second: Some(0.0),
         strategy: Some("timestamp".parse().unwrap()),
+        line_form: Some(LineForm::SortedSets),
         ..Default::default()
     };
     a.put_event(&ev, &patch).await.unwrap();

@@ -116,7 +116,7 @@ pub const EVERY_DIRECTION: [&str; 12] = [
 async fn statistical_positions_and_admission_stay_within_their_documented_bounds() {
     let app = Arc::new(spawn_app().await);
     let ev = unique("e");
-    app.create_event(&ev, json!({"shards": 8, "admit_per_second": 0, "strategy": "statistical", "active_capacity": 800,
+    app.create_event(&ev, json!({"line_form": "sorted_sets", "shards": 8, "admit_per_second": 0, "strategy": "statistical", "active_capacity": 800,
                   // Nobody polls while 20,000 enter: the default 60 s would take the first for
                   // gone were the enters slower than ~270/s.
                   "abandon_after_seconds": 600}))
@@ -193,8 +193,11 @@ async fn switching_strategy_in_every_direction_loses_nobody_and_reaches_other_in
     let app = Arc::new(spawn_app().await);
     let other = app.another_instance().await;
     let ev = unique("e");
-    app.create_event(&ev, json!({"shards": 8, "admit_per_second": 0}))
-        .await;
+    app.create_event(
+        &ev,
+        json!({"line_form": "sorted_sets", "shards": 8, "admit_per_second": 0}),
+    )
+    .await;
     let mut tickets = enter_many(&app, &ev, "u", 300).await;
     // The admission leader publishes the line's figures (statistical positions need the total).
     eventually(
@@ -281,7 +284,7 @@ async fn exact_strategy_orders_and_admits_in_arrival_order(strategy: &str) {
     let ev = unique("e");
     app.create_event(
         &ev,
-        json!({"shards": 8, "admit_per_second": 0, "strategy": strategy, "active_capacity": 100000}),
+        json!({"line_form": "sorted_sets", "shards": 8, "admit_per_second": 0, "strategy": strategy, "active_capacity": 100000}),
     )
     .await;
     let tickets = enter_many(&app, &ev, "u", 2000).await;
@@ -349,7 +352,7 @@ async fn people_who_stop_polling_are_skipped_and_those_who_poll_are_admitted() {
     let ev = unique("e");
     app.create_event(
         &ev,
-        json!({"shards": 2, "admit_per_second": 0, "abandon_after_seconds": 2}),
+        json!({"line_form": "sorted_sets", "shards": 2, "admit_per_second": 0, "abandon_after_seconds": 2}),
     )
     .await;
     // Ten people; the even ones walk away without leaving, the odd ones keep polling.
@@ -407,7 +410,7 @@ async fn hybrid_estimates_when_the_line_is_large_and_goes_exact_when_it_shrinks(
     let ev = unique("e");
     app.create_event(
         &ev,
-        json!({"shards": 4, "admit_per_second": 0, "strategy": "hybrid", "hybrid_min_waiting": 300, "hybrid_max_error": 0.5}),
+        json!({"line_form": "sorted_sets", "shards": 4, "admit_per_second": 0, "strategy": "hybrid", "hybrid_min_waiting": 300, "hybrid_max_error": 0.5}),
     )
     .await;
     // The first in line enters alone: the 400 after it enter 200 at a time, in no set order.
@@ -528,7 +531,7 @@ async fn global_counter_positions_skip_leavers_and_re_entries_and_the_sampler_fi
     let ev = unique("e");
     app.create_event(
         &ev,
-        json!({"shards": 8, "admit_per_second": 0, "strategy": "global_counter"}),
+        json!({"line_form": "sorted_sets", "shards": 8, "admit_per_second": 0, "strategy": "global_counter"}),
     )
     .await;
     let ticket = |v: Value| v["ticket"].as_str().unwrap().to_owned();
@@ -628,7 +631,7 @@ async fn global_counter_stops_counting_a_place_removed_as_abandoned_behind_the_h
     let ev = unique("e");
     app.create_event(
         &ev,
-        json!({"shards": 4, "admit_per_second": 0, "active_capacity": 1,
+        json!({"line_form": "sorted_sets", "shards": 4, "admit_per_second": 0, "active_capacity": 1,
                "strategy": "global_counter", "abandon_after_seconds": 3}),
     )
     .await;
@@ -741,7 +744,7 @@ async fn statistical_positions_in_a_surge_are_unbiased_and_never_move_back_beyon
     let budget = 0.05;
     app.create_event(
         &ev,
-        json!({"shards": 16, "admit_per_second": 0, "strategy": "statistical",
+        json!({"line_form": "sorted_sets", "shards": 16, "admit_per_second": 0, "strategy": "statistical",
                "hybrid_max_error": budget}),
     )
     .await;
