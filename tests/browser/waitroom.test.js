@@ -310,6 +310,11 @@ test('the console switches the strategy and the open page keeps its place', { ti
   const card = await consoleCard(ops.page, ev);
   await ops.page.waitForFunction((c) => Number(document.querySelector(`${c} [data-f=waiting]`).textContent) >= 4, card, { timeout: 10000 });
   assert.equal(await ops.page.getAttribute(card, 'data-strategy'), 'timestamp');
+  // Created without a line_form: the numbered line, which keeps no per-shard counts, so the
+  // card says so instead of showing an empty shard table.
+  assert.equal(await ops.page.getAttribute(card, 'data-line-form'), 'numbered');
+  assert.equal(await ops.page.isVisible(`${card} [data-f=shard-table]`), false, 'no empty shard table');
+  assert.match(await ops.page.textContent(`${card} [data-f=form]`), /Numbered line/);
   await shot(ops.page, '11-console');
 
   await ops.page.selectOption(`${card} select[data-f=pick]`, 'statistical');

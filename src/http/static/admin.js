@@ -128,7 +128,8 @@
       ' · leader <span data-f="leader">—</span></p>' +
       '<p>Strategy <strong data-f="strategy">—</strong>, in effect <strong data-f="effective">—</strong>' +
       '<span data-f="error"></span></p>' +
-      '<table><thead><tr><th scope="col">Shard</th><th scope="col">Waiting</th><th scope="col" class="w50"><span class="muted">share</span></th></tr></thead>' +
+      '<p class="muted" data-f="form"></p>' +
+      '<table data-f="shard-table"><thead><tr><th scope="col">Shard</th><th scope="col">Waiting</th><th scope="col" class="w50"><span class="muted">share</span></th></tr></thead>' +
       '<tbody data-f="shards"></tbody></table>' +
       '<div class="actions"><button type="button" data-state="open">Open</button>' +
       '<button type="button" data-state="paused">Pause</button><button type="button" data-state="closed">Close</button></div>' +
@@ -187,6 +188,13 @@
     ['open', 'paused', 'closed'].forEach(function (s) {
       c.querySelector('[data-state=' + s + ']').setAttribute('aria-pressed', cfg.state === s ? 'true' : 'false');
     });
+    // A numbered line (the default) orders everyone by one counter and keeps no per-shard
+    // counts: its stats carry no shards, so the table would stand empty.
+    var numbered = cfg.line_form === 'numbered';
+    c.setAttribute('data-line-form', cfg.line_form || 'sorted_sets');
+    set('form', numbered ? 'Numbered line: one counter orders everyone; no per-shard counts.'
+      : 'Sorted sets over ' + num(cfg.shards) + ' shards.');
+    c.querySelector('[data-f=shard-table]').hidden = numbered;
     var shards = st.shards || [], max = 1, body = c.querySelector('[data-f=shards]');
     shards.forEach(function (s) { max = Math.max(max, s.waiting); });
     body.textContent = '';
