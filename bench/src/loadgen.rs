@@ -87,7 +87,9 @@ pub struct LoadgenArgs {
     #[arg(long, default_value = "timestamp")]
     pub strategy: String,
     /// How the event keeps its line: `sorted_sets` or `numbered` (docs/numbered-line.md; its
-    /// strategy is `global_counter`, whatever `--strategy` says).
+    /// strategy is `global_counter`, whatever `--strategy` says). Always sent: the service
+    /// gives an event created without one the numbered line, and this default stays the sorted
+    /// sets so the commands docs/benchmarks.md quotes measure what they measured.
     #[arg(long, default_value = "sorted_sets")]
     pub line_form: String,
     /// Seats of the show (rows of 50).
