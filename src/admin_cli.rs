@@ -64,6 +64,9 @@ pub enum AdminCommand {
         /// `open`, `paused` or `closed`.
         #[arg(long)]
         state: Option<String>,
+        /// `numbered` (a new event's default) or `sorted_sets`; only when the event is created.
+        #[arg(long)]
+        line_form: Option<String>,
     },
     /// Stop entering and admitting; the line keeps its order.
     Pause {
@@ -115,6 +118,7 @@ pub async fn run(args: AdminArgs) -> anyhow::Result<()> {
             max_seats_per_hold,
             strategy,
             state,
+            line_form,
         } => {
             let mut body = Map::new();
             let mut set = |k: &str, v: Option<Value>| {
@@ -130,6 +134,7 @@ pub async fn run(args: AdminArgs) -> anyhow::Result<()> {
             set("max_seats_per_hold", max_seats_per_hold.map(Value::from));
             set("strategy", strategy.clone().map(Value::from));
             set("state", state.clone().map(Value::from));
+            set("line_form", line_form.clone().map(Value::from));
             api.put_event(event, Value::Object(body)).await?
         }
         AdminCommand::Pause { event } => api.put_event(event, json!({"state": "paused"})).await?,
@@ -281,6 +286,9 @@ fn detail(e: &Value) -> String {
             "new people turned away: a Redis node of this line is near its memory limit (the memory guard)\n",
         );
     }
+    if c["line_form"] == "numbered" {
+        out.push_str("numbered line: one counter orders everyone; no per-shard counts\n");
+    }
     for shard in s["shards"].as_array().map_or(&[][..], |v| v) {
         out.push_str(&format!(
             "  shard {:>3}  {:>10} waiting\n",
@@ -311,6 +319,21 @@ mod tests {
         };
         assert!(detail(&event(true)).contains("new people turned away"));
         assert!(!detail(&event(false)).contains("turned away"));
+    }
+
+    #[test]
+    fn the_detail_names_a_numbered_line_and_lists_a_sorted_lines_shards() {
+        let numbered = json!({"event": "topgun", "config": {"line_form": "numbered"},
+                              "stats": {"waiting": 10, "shards": []}});
+        let d = detail(&numbered);
+        assert!(d.contains("numbered line"), "{d}");
+        assert!(!d.contains("  shard "), "{d}");
+        let sorted = json!({"event": "topgun", "config": {"line_form": "sorted_sets"},
+                            "stats": {"waiting": 10, "shards": [{"shard": 0, "waiting": 6},
+                                                                {"shard": 1, "waiting": 4}]}});
+        let d = detail(&sorted);
+        assert!(!d.contains("numbered line"), "{d}");
+        assert_eq!(d.matches(" waiting\n").count(), 2, "{d}");
     }
 
     #[test]

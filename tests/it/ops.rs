@@ -138,7 +138,22 @@ async fn the_admin_command_line_creates_pauses_and_switches_an_event() {
     )
     .await
     .unwrap();
-    assert_eq!(app.get_event(&ev).await["config"]["shards"], 4);
+    let created = app.get_event(&ev).await;
+    assert_eq!(created["config"]["shards"], 4);
+    assert_eq!(created["config"]["line_form"], "numbered", "the default");
+    // The sorted sets, asked for by name; a form is fixed once the event exists.
+    let sorted = unique("cli");
+    admin(&app, &["put", &sorted, "--line-form", "sorted_sets"])
+        .await
+        .unwrap();
+    assert_eq!(
+        app.get_event(&sorted).await["config"]["line_form"],
+        "sorted_sets"
+    );
+    let err = admin(&app, &["put", &sorted, "--line-form", "numbered"])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("bad_request"), "{err}");
     admin(&app, &["pause", &ev]).await.unwrap();
     assert_eq!(app.get_event(&ev).await["config"]["state"], "paused");
     admin(&app, &["strategy", &ev, "statistical"])
