@@ -132,13 +132,18 @@ async fn active(app: &TestApp, ev: &str) -> u64 {
 async fn sale(cluster: &RedisProcs) -> (Arc<TestApp>, String, String, Vec<String>) {
     let urls = cluster.urls();
     let app = Arc::new(spawn_app_with(|c| c.redis.nodes = urls).await);
+    // The sorted sets, by name: these tests stop the primary of one shard's slot (the numbered
+    // line's own failover tests are below).
     let ev = unique("e");
-    app.create_event(&ev, json!({"shards": 8, "admit_per_second": 0}))
-        .await;
+    app.create_event(
+        &ev,
+        json!({"line_form": "sorted_sets", "shards": 8, "admit_per_second": 0}),
+    )
+    .await;
     let flowing = unique("e");
     app.create_event(
         &flowing,
-        json!({"shards": 2, "admit_per_second": 10, "active_capacity": 100000}),
+        json!({"line_form": "sorted_sets", "shards": 2, "admit_per_second": 10, "active_capacity": 100000}),
     )
     .await;
     line(&app, &flowing, "f", 600).await;
