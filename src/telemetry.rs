@@ -175,10 +175,19 @@ pub mod redis_node {
     pub const DB_KEYS: &str = "redis_db_keys";
 }
 
-/// Registers the counters that count rare events at 0, so dashboards and alerts have a series
-/// to watch before the first one happens.
+/// Registers the service-wide counters at 0, so dashboards and alerts have a series to watch
+/// before the first event happens: the rare ones, and the numbered lines' before the first
+/// numbered enter or poll.
 pub fn register_counters() {
-    for name in [REDIS_UNAVAILABLE, WRONGTYPE_REPAIRS, LEDGER_DEAD_LETTERS] {
+    for name in [
+        REDIS_UNAVAILABLE,
+        WRONGTYPE_REPAIRS,
+        LEDGER_DEAD_LETTERS,
+        NUMBERS_NOT_REPLICATED,
+        LINE_FIGURES_READS,
+        LINE_FIGURES_BYTES,
+        LINE_FIGURES_BLOCKS_HELD,
+    ] {
         metrics::counter!(name).increment(0);
     }
 }

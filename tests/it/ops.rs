@@ -83,6 +83,24 @@ async fn metrics_show_requests_by_route_and_queue_sizes_in(form: &str) {
         .unwrap_or_else(|| panic!("missing {commands}"));
     assert!(spent >= 4.0, "{spent}");
     assert!(text.contains(&active), "missing {active}");
+    // The numbered lines' service-wide counters have a series from the start, on either form,
+    // so WaitroomEntersNotReplicated and the sale dashboard's numbered-line row have one to
+    // watch; nothing here was refused.
+    assert!(
+        text.lines()
+            .any(|l| l == "waitroom_numbers_not_replicated_total 0"),
+        "{text}"
+    );
+    for counter in [
+        "waitroom_line_figures_reads_total",
+        "waitroom_line_figures_bytes_total",
+        "waitroom_line_figures_blocks_held_total",
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(&format!("{counter} "))),
+            "missing {counter}"
+        );
+    }
 }
 
 #[tokio::test]
