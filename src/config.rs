@@ -208,11 +208,14 @@ pub struct RedisConfig {
     /// Tickets whose score in their shard each instance remembers (0: none), so that an exact
     /// `timestamp` position reads its own shard and counts the other shards in one round trip
     /// instead of two; every remembered score is checked by the same round's own-shard read
-    /// (docs/architecture.md, "One round trip per exact position"). 38–75 bytes per entry.
+    /// (docs/architecture.md, "One round trip per exact position"). The same bound holds the
+    /// numbered lines' places, which let a poll far from the front be answered without Redis:
+    /// size it to the longest line (all numbered events together) an instance's polls reach.
+    /// 38–75 bytes per entry, per cache.
     #[arg(
         long = "redis-score-cache-entries",
         env = "WAITROOM_REDIS_SCORE_CACHE_ENTRIES",
-        default_value_t = 1 << 20
+        default_value_t = crate::queue::scores::DEFAULT_ENTRIES
     )]
     pub score_cache_entries: usize,
     /// How long (ms) each instance computes a numbered line's waiting positions from the

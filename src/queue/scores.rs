@@ -22,9 +22,15 @@ use std::sync::Mutex;
 use crate::ids::Ticket;
 use crate::sync::Guard as _;
 
-/// The default bound: at most ~75 MB (an entry is 32 bytes, u128 being 16-aligned, plus a
-/// control byte, at a table load between 7/16 and 7/8: 38–75 bytes per entry).
-pub const DEFAULT_ENTRIES: usize = 1 << 20;
+/// The default bound, 4,194,304 entries: at most ~300 MB per cache (an entry is 32 bytes, u128
+/// being 16-aligned, plus a control byte, at a table load between 7/16 and 7/8: 38–75 bytes per
+/// entry), taken only as tickets are remembered. A numbered line's polls are answered without
+/// Redis only for the tickets the instance remembers, and a load balancer sends every ticket's
+/// polls to every instance, so each instance needs room for the whole line: with a line of
+/// 375,000 and room for 131,072, a numbered poll cost the event's primary 14.5 µs instead of
+/// 1.0 (docs/benchmarks.md, "Remembered places"). Four million covers a sale of two million
+/// people pressing at once, twice over.
+pub const DEFAULT_ENTRIES: usize = 1 << 22;
 
 /// Independently locked parts: a poll locks one for a lookup, so concurrent requests rarely
 /// meet on a lock.
