@@ -56,6 +56,11 @@ pub const COUNTER_GAPS_LOST: &str = "waitroom_counter_gaps_lost_total";
 /// Enters of a numbered line answered 503 because their arrival number did not reach the
 /// counter primary's replicas within the wait (`Durable` in src/queue/numbered.rs).
 pub const NUMBERS_NOT_REPLICATED: &str = "waitroom_numbers_not_replicated_total";
+/// Counter `cache` (`scores`: sorted-set scores; `places`: numbered lines' places): entries an
+/// instance's remembered tickets dropped because their part of the bound
+/// (`WAITROOM_REDIS_SCORE_CACHE_ENTRIES`) was full. Above 0 while the lines outgrow it: each
+/// forgotten numbered place costs a script on the event's primary at its next poll.
+pub const REMEMBERED_FORGOTTEN: &str = "waitroom_remembered_forgotten_total";
 /// Reads of a numbered line's figures for positions computed in this instance
 /// (`lua/nl_snapshot.lua`, at most one per `WAITROOM_NUMBERED_SNAPSHOT_MS` per event and
 /// instance, fewer while nobody polls).

@@ -184,11 +184,11 @@ impl Queue {
             store,
             signer,
             clock: ArrivalClock::default(),
-            scores: scores::ScoreCache::new(scores::DEFAULT_ENTRIES),
+            scores: scores::ScoreCache::new(scores::DEFAULT_ENTRIES).named("scores"),
             numbers: numbered::Durable::new(0, std::time::Duration::ZERO),
             counted: counted::Counted::default(),
             counts: counts::Counts::default(),
-            places: scores::ScoreCache::new(scores::DEFAULT_ENTRIES),
+            places: scores::ScoreCache::new(scores::DEFAULT_ENTRIES).named("places"),
             snapshots: snapshot::Snapshots::new(snapshot::DEFAULT_AGE),
             memory: Arc::new(MemoryGuard::new(0)),
         }
@@ -231,8 +231,8 @@ impl Queue {
     /// This queue remembering at most `entries` tickets' scores (0: none; every `timestamp`
     /// position then takes two round trips). See [`scores`].
     pub fn with_score_cache(mut self, entries: usize) -> Self {
-        self.scores = scores::ScoreCache::new(entries);
-        self.places = scores::ScoreCache::new(entries);
+        self.scores = scores::ScoreCache::new(entries).named("scores");
+        self.places = scores::ScoreCache::new(entries).named("places");
         self
     }
 

@@ -17,6 +17,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::ids::Ticket;
@@ -71,6 +72,10 @@ type Stripe<V> = HashMap<u128, V, BuildHasherDefault<TicketHasher>>;
 pub struct ScoreCache<V = f64> {
     stripes: Vec<Mutex<Stripe<V>>>,
     per_stripe: usize,
+    /// The `cache` label of `waitroom_remembered_forgotten_total`.
+    name: &'static str,
+    /// Entries dropped because their stripe was full (what the counter counts, for this cache).
+    forgotten: AtomicU64,
 }
 
 impl<V: Copy> ScoreCache<V> {
@@ -81,7 +86,22 @@ impl<V: Copy> ScoreCache<V> {
                 .map(|_| Mutex::new(Stripe::default()))
                 .collect(),
             per_stripe: entries.div_ceil(STRIPES),
+            name: "scores",
+            forgotten: AtomicU64::new(0),
         }
+    }
+
+    /// This cache counted under `cache="name"` in `waitroom_remembered_forgotten_total`, which
+    /// is registered at 0 here so that a dashboard has the series before the first overflow.
+    pub fn named(mut self, name: &'static str) -> Self {
+        self.name = name;
+        metrics::counter!(crate::telemetry::REMEMBERED_FORGOTTEN, "cache" => name).increment(0);
+        self
+    }
+
+    /// Entries dropped so far because their stripe was full.
+    pub fn forgotten(&self) -> u64 {
+        self.forgotten.load(Ordering::Relaxed)
     }
 
     fn stripe(&self, key: u128) -> &Mutex<Stripe<V>> {
@@ -107,7 +127,11 @@ impl<V: Copy> ScoreCache<V> {
         let mut map = self.stripe(key).guard();
         if map.len() >= self.per_stripe && !map.contains_key(&key) {
             // Constant work per entry taken, unlike picking entries to evict one by one.
+            let dropped = map.len() as u64;
             map.clear();
+            self.forgotten.fetch_add(dropped, Ordering::Relaxed);
+            metrics::counter!(crate::telemetry::REMEMBERED_FORGOTTEN, "cache" => self.name)
+                .increment(dropped);
         }
         map.insert(key, score);
     }
@@ -196,6 +220,17 @@ mod tests {
         }
         assert!(cache.len() <= 640, "{} entries", cache.len());
         assert!(cache.len() >= 64, "{} entries", cache.len());
+        // Every entry taken is held or was forgotten with a full stripe, and counted then.
+        assert_eq!(cache.forgotten() + cache.len() as u64, 10_000);
+    }
+
+    #[test]
+    fn a_cache_with_room_forgets_nothing() {
+        let cache: ScoreCache = ScoreCache::new(640).named("test");
+        for i in 0..320 {
+            cache.put(&ticket(i), i as f64);
+        }
+        assert_eq!((cache.forgotten(), cache.len()), (0, 320));
     }
 
     #[test]

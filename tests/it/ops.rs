@@ -95,6 +95,7 @@ async fn metrics_show_requests_by_route_and_queue_sizes_in(form: &str) {
         "waitroom_line_figures_reads_total",
         "waitroom_line_figures_bytes_total",
         "waitroom_line_figures_blocks_held_total",
+        r#"waitroom_remembered_forgotten_total{cache="places"}"#,
     ] {
         assert!(
             text.lines().any(|l| l.starts_with(&format!("{counter} "))),
