@@ -17,7 +17,6 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::ids::Ticket;
@@ -74,8 +73,6 @@ pub struct ScoreCache<V = f64> {
     per_stripe: usize,
     /// The `cache` label of `waitroom_remembered_forgotten_total`.
     name: &'static str,
-    /// Entries dropped because their stripe was full (what the counter counts, for this cache).
-    forgotten: AtomicU64,
 }
 
 impl<V: Copy> ScoreCache<V> {
@@ -87,7 +84,6 @@ impl<V: Copy> ScoreCache<V> {
                 .collect(),
             per_stripe: entries.div_ceil(STRIPES),
             name: "scores",
-            forgotten: AtomicU64::new(0),
         }
     }
 
@@ -97,11 +93,6 @@ impl<V: Copy> ScoreCache<V> {
         self.name = name;
         metrics::counter!(crate::telemetry::REMEMBERED_FORGOTTEN, "cache" => name).increment(0);
         self
-    }
-
-    /// Entries dropped so far because their stripe was full.
-    pub fn forgotten(&self) -> u64 {
-        self.forgotten.load(Ordering::Relaxed)
     }
 
     fn stripe(&self, key: u128) -> &Mutex<Stripe<V>> {
@@ -118,22 +109,24 @@ impl<V: Copy> ScoreCache<V> {
         self.stripe(key).guard().get(&key).copied()
     }
 
-    /// Remembers `score` for `ticket`.
-    pub fn put(&self, ticket: &Ticket, score: V) {
+    /// Remembers `score` for `ticket`; returns how many entries it forgot to make room (counted
+    /// in `waitroom_remembered_forgotten_total`).
+    pub fn put(&self, ticket: &Ticket, score: V) -> u64 {
         if self.per_stripe == 0 {
-            return;
+            return 0;
         }
         let key = ticket.as_u128();
         let mut map = self.stripe(key).guard();
+        let mut dropped = 0;
         if map.len() >= self.per_stripe && !map.contains_key(&key) {
             // Constant work per entry taken, unlike picking entries to evict one by one.
-            let dropped = map.len() as u64;
+            dropped = map.len() as u64;
             map.clear();
-            self.forgotten.fetch_add(dropped, Ordering::Relaxed);
             metrics::counter!(crate::telemetry::REMEMBERED_FORGOTTEN, "cache" => self.name)
                 .increment(dropped);
         }
         map.insert(key, score);
+        dropped
     }
 
     /// Forgets `ticket`'s score.
@@ -214,23 +207,22 @@ mod tests {
     #[test]
     fn never_holds_more_than_its_bound_and_keeps_taking_new_scores() {
         let cache: ScoreCache = ScoreCache::new(640);
+        let mut forgotten = 0;
         for i in 0..10_000 {
-            cache.put(&ticket(i), i as f64);
+            forgotten += cache.put(&ticket(i), i as f64);
             assert_eq!(cache.get(&ticket(i)), Some(i as f64), "the newest is kept");
         }
         assert!(cache.len() <= 640, "{} entries", cache.len());
         assert!(cache.len() >= 64, "{} entries", cache.len());
         // Every entry taken is held or was forgotten with a full stripe, and counted then.
-        assert_eq!(cache.forgotten() + cache.len() as u64, 10_000);
+        assert_eq!(forgotten + cache.len() as u64, 10_000);
     }
 
     #[test]
     fn a_cache_with_room_forgets_nothing() {
         let cache: ScoreCache = ScoreCache::new(640).named("test");
-        for i in 0..320 {
-            cache.put(&ticket(i), i as f64);
-        }
-        assert_eq!((cache.forgotten(), cache.len()), (0, 320));
+        let forgotten: u64 = (0..320).map(|i| cache.put(&ticket(i), i as f64)).sum();
+        assert_eq!((forgotten, cache.len()), (0, 320));
     }
 
     #[test]

@@ -376,7 +376,7 @@ async fn enters_queued_behind_an_unconfirmed_batch_are_answered_within_one_wait(
     let early = line(&app, &ev, "u", 20).await;
     let primary = cluster.primary_for_slot(slot(&app.keys.numbered(&ev).seq));
     let replica = cluster.replica_of(primary);
-    let counted_before = not_replicated(&app).await;
+    let counted_before = app.metric(NOT_REPLICATED).await;
     cluster.pause(replica);
     cluster.cut_replicas(primary);
     let seen = enter_through(&app, &ev, || cluster.resume(replica)).await;
@@ -384,7 +384,7 @@ async fn enters_queued_behind_an_unconfirmed_batch_are_answered_within_one_wait(
     // and each is counted: the series WaitroomEntersNotReplicated watches. At least, not
     // exactly: the counter is the process's, shared by tests run in one process.
     let refused = seen.iter().filter(|(t, _)| t.is_none()).count() as f64;
-    let counted = not_replicated(&app).await - counted_before;
+    let counted = app.metric(NOT_REPLICATED).await - counted_before;
     assert!(
         refused > 0.0 && counted >= refused,
         "{refused} enters answered 503, {counted} counted as not replicated"
@@ -392,15 +392,8 @@ async fn enters_queued_behind_an_unconfirmed_batch_are_answered_within_one_wait(
     assert_within_one(&app, &ev, early, seen, wait, "an unconfirmed batch").await;
 }
 
-/// `waitroom_numbers_not_replicated_total` from /metrics.
-async fn not_replicated(app: &TestApp) -> f64 {
-    app.metrics()
-        .await
-        .lines()
-        .find_map(|l| l.strip_prefix("waitroom_numbers_not_replicated_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0)
-}
+/// Numbered enters refused for want of a replica's acknowledgement.
+const NOT_REPLICATED: &str = "waitroom_numbers_not_replicated_total";
 
 /// What one client saw of one enter: the ticket of a 200 (None for a 503), and how long the
 /// answer took.
