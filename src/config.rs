@@ -178,8 +178,9 @@ pub struct RedisConfig {
         default_value_t = 1000
     )]
     pub connect_timeout_ms: u64,
-    /// Send position reads (other shards' counts, published figures) to replicas: less load on
-    /// the primaries, positions up to the replication lag stale. Scripts never go to replicas.
+    /// Send position reads (other shards' counts, published figures, the numbered index entry
+    /// of a ticket an instance does not remember) to replicas: less load on the primaries,
+    /// positions up to the replication lag stale. Scripts never go to replicas.
     #[arg(
         long = "redis-read-from-replicas",
         env = "WAITROOM_REDIS_READ_FROM_REPLICAS",
@@ -209,8 +210,9 @@ pub struct RedisConfig {
     /// `timestamp` position reads its own shard and counts the other shards in one round trip
     /// instead of two; every remembered score is checked by the same round's own-shard read
     /// (docs/architecture.md, "One round trip per exact position"). The same bound holds the
-    /// numbered lines' places, which let a poll far from the front be answered without Redis:
-    /// size it to the longest line (all numbered events together) an instance's polls reach.
+    /// numbered lines' places, which let a poll far from the front be answered without Redis
+    /// (one not remembered reads its index entry first): size it to the longest line (all
+    /// numbered events together) an instance's polls reach.
     /// 38–75 bytes per entry, per cache.
     #[arg(
         long = "redis-score-cache-entries",

@@ -59,8 +59,12 @@ pub const NUMBERS_NOT_REPLICATED: &str = "waitroom_numbers_not_replicated_total"
 /// Counter `cache` (`scores`: sorted-set scores; `places`: numbered lines' places): entries an
 /// instance's remembered tickets dropped because their part of the bound
 /// (`WAITROOM_REDIS_SCORE_CACHE_ENTRIES`) was full. Above 0 while the lines outgrow it: each
-/// forgotten numbered place costs a script on the event's primary at its next poll.
+/// forgotten numbered place is learned again at its next poll (`PLACES_LEARNED`).
 pub const REMEMBERED_FORGOTTEN: &str = "waitroom_remembered_forgotten_total";
+/// Counter `from` (`index`: a plain read of the index entry, the position from the line's
+/// figures; `script`: the standing script on the event's primary): polls of a numbered line
+/// whose ticket the instance did not remember, by how its number was learned.
+pub const PLACES_LEARNED: &str = "waitroom_places_learned_total";
 /// Reads of a numbered line's figures for positions computed in this instance
 /// (`lua/nl_snapshot.lua`, at most one per `WAITROOM_NUMBERED_SNAPSHOT_MS` per event and
 /// instance, fewer while nobody polls).
@@ -194,6 +198,9 @@ pub fn register_counters() {
         LINE_FIGURES_BLOCKS_HELD,
     ] {
         metrics::counter!(name).increment(0);
+    }
+    for from in ["index", "script"] {
+        metrics::counter!(PLACES_LEARNED, "from" => from).increment(0);
     }
 }
 

@@ -756,6 +756,17 @@ impl Queue {
         }
         let member = cfg.member(ticket);
         let index = self.index_key(ev, &member);
+        if cfg.index_in_line && !mode_check && known_gone.is_none() {
+            if let Some(position) = self
+                .learned_from_index(ev, ticket, &index, &member, period)
+                .await?
+            {
+                return Ok(waiting(position, 1));
+            }
+        }
+        if !mode_check && known_gone.is_none() {
+            metrics::counter!(crate::telemetry::PLACES_LEARNED, "from" => "script").increment(1);
+        }
         let (n, reply, commands) = if cfg.index_in_line {
             // The index is in the script's slot: one script reads it and the number's standing.
             let reply = self
@@ -782,6 +793,50 @@ impl Queue {
             self.remember(ticket, n, reply, period);
         }
         standing(reply.0, reply.1, commands + u32::from(known_gone.is_some()))
+    }
+
+    /// The position of a ticket this instance does not remember, from a plain read of its
+    /// index entry and the figures the instance holds: no script on the event's primary, which
+    /// takes every enter of the event. A ticket whose polls reach another instance than its
+    /// enter, or an instance started during the sale, is learned this way once per instance
+    /// (~4 µs of the primary's CPU where the standing script took ~9: benchmarks.md, "A poll on
+    /// a task that did not take the enter"). The read goes to a replica when reads are
+    /// configured to (`WAITROOM_REDIS_READ_FROM_REPLICAS`): every answered enter's entry is on
+    /// one (its batch's `WAIT`). A failed read is the poll's answer (503), as the script's
+    /// would be. Nothing found on the primary is an unknown ticket (404): an enter answers
+    /// only after its batch wrote the entry, and no entry is removed, so a flood of made-up
+    /// tickets costs the primary a read each, not a script. `None`, and the script decides,
+    /// when a replica finds nothing (it may be behind), or when the figures cannot tell (the
+    /// number near the front, where a poll is recorded; admitted; gone as read; handed out
+    /// after them). The number read is the member's, or was within the figures' age: an entry
+    /// changes only after its number is gone (`poll_numbered`), the same age a remembered
+    /// place is answered at.
+    async fn learned_from_index(
+        &self,
+        ev: &Event,
+        ticket: &Ticket,
+        index: &str,
+        member: &str,
+        period: u64,
+    ) -> Result<Option<u64>, QueueError> {
+        let n: Option<u64> = redis::cmd("HGET")
+            .arg(index)
+            .arg(member)
+            .query_async(&mut self.store.reads())
+            .await?;
+        let Some(n) = n else {
+            if self.store.reads_replicas() {
+                return Ok(None);
+            }
+            return Err(QueueError::UnknownTicket);
+        };
+        let place = Place { n, recorded: 0 };
+        let Some(position) = self.position_from_figures(ev, place, period, true).await else {
+            return Ok(None);
+        };
+        self.places.put(ticket, place);
+        metrics::counter!(crate::telemetry::PLACES_LEARNED, "from" => "index").increment(1);
+        Ok(Some(position))
     }
 
     /// Takes `ticket` out of a numbered line, or ends its active session.

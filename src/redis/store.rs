@@ -18,6 +18,8 @@ use crate::config::RedisConfig;
 pub struct Store {
     conn: RedisConn,
     reads: RedisConn,
+    /// `reads` goes to replicas (so a read may miss a write the primary holds).
+    replica_reads: bool,
     /// Where `WAIT`s go (see [`RedisConn::wait_replicated`]).
     waits: RedisConn,
     keys: Keys,
@@ -31,6 +33,7 @@ impl Store {
             waits: conn.clone(),
             conn,
             reads,
+            replica_reads: false,
             keys,
             scripts: Scripts::new(),
         }
@@ -46,7 +49,9 @@ impl Store {
             replica_reads = cfg.read_from_replicas,
             "connected to Redis"
         );
+        let replica_reads = cfg.read_from_replicas && conn.is_cluster();
         let mut store = Store::new(conn, reads, Keys::new(cfg.key_prefix.clone()));
+        store.replica_reads = replica_reads;
         // WAIT blocks the connection it is sent on: connections of their own (a second
         // `connect` opens new sockets, direct ones included), whose response timeout leaves
         // room for the whole wait (`WAITROOM_BOOKING_WAIT_MS`), so a wait longer than one
@@ -77,6 +82,12 @@ impl Store {
     /// A handle for reads that may be a little stale (replicas when configured).
     pub fn reads(&self) -> RedisConn {
         self.reads.clone()
+    }
+
+    /// Whether [`Store::reads`] goes to replicas: a read there may not yet see a write the
+    /// primary holds, so finding nothing proves nothing.
+    pub fn reads_replicas(&self) -> bool {
+        self.replica_reads
     }
 
     /// Every key format.

@@ -1469,10 +1469,17 @@ async fn a_numbered_line_stored_before_the_index_moved_keeps_its_index_in_the_sh
             app.leave(ev, &line[9].1).await.status(),
             StatusCode::NO_CONTENT
         );
-        assert_eq!(
-            other.poll(ev, &line[9].1).await.status(),
-            StatusCode::NOT_FOUND
-        );
+        // `other` learned these places from the index and its figures just now: it sees a
+        // leave through `app` within the figures' age (WAITROOM_NUMBERED_SNAPSHOT_MS).
+        let (other_ref, leaver) = (&other, &line[9].1);
+        eventually(
+            Duration::from_secs(5),
+            "the leave seen by the other instance",
+            || async move {
+                (other_ref.poll(ev, leaver).await.status() == StatusCode::NOT_FOUND).then_some(())
+            },
+        )
+        .await;
         for (p, t) in &line[10..] {
             assert_eq!(other.poll_ok(ev, t).await["position"], p - 1, "{ev}");
             assert_eq!(app.poll_ok(ev, t).await["position"], p - 1, "{ev}");
@@ -1853,4 +1860,92 @@ async fn a_numbered_tick_past_its_lease_or_run_twice_lets_nobody_more_in() {
     let next = tick_script(&app, &ev, 3, now, fence, "op-3").await;
     assert_eq!((next[0], next[4]), (3, 0), "the next operation ({next:?})");
     assert_eq!(app.poll_ok(&ev, &tickets[6]).await["position"], 1);
+}
+
+/// How many polls through `app`'s process learned a ticket's number `from` the index read or
+/// the standing script (`waitroom_places_learned_total`).
+async fn learned(app: &TestApp, from: &str) -> f64 {
+    app.metric(&format!(
+        r#"waitroom_places_learned_total{{from="{from}"}}"#
+    ))
+    .await
+}
+
+/// An instance that never saw a ticket (another task behind the load balancer, or one started
+/// during the sale) learns a far ticket's number with a plain read of its index entry and
+/// answers from the line's figures: no standing script on the event's primary. Near the front,
+/// where a poll is recorded, the script still runs. Positions are exact either way, reading the
+/// primaries or the replicas, and a ticket learned once is remembered. A made-up ticket found
+/// missing on the primary is 404 without a script.
+#[tokio::test]
+async fn a_poll_on_another_instance_learns_a_far_place_without_a_script() {
+    let prefix = unique("t");
+    let a = spawn_app_with(|c| c.redis.key_prefix = prefix.clone()).await;
+    let ev = unique("e");
+    // One shard: the horizon is the first 1,000 numbers. Admission held back.
+    a.create_event(
+        &ev,
+        json!({"line_form": "numbered", "shards": 1, "admit_per_second": 0}),
+    )
+    .await;
+    let mut line = enter_by_hundreds(&a, &ev, 1300).await;
+    line.sort();
+    assert_eq!(
+        line.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+        (1..=1300).collect::<Vec<u64>>()
+    );
+    let mut line: Vec<String> = line.into_iter().map(|(_, t)| t).collect();
+    // Every tenth of the first 1,000 leaves: 900 near the front, 300 beyond the horizon at
+    // positions 901..=1200.
+    leave_some(&a, &ev, &mut line, 1000, 10, 3).await;
+    let expected: Vec<u64> = (1..=1200).collect();
+    for replicas in [false, true] {
+        let b = spawn_app_with(|c| {
+            c.redis.key_prefix = prefix.clone();
+            c.redis.read_from_replicas = replicas;
+        })
+        .await;
+        let (index, script) = (learned(&b, "index").await, learned(&b, "script").await);
+        assert_eq!(
+            positions(&b, &ev, &line).await,
+            expected,
+            "replicas: {replicas}"
+        );
+        assert_eq!(
+            (
+                learned(&b, "index").await - index,
+                learned(&b, "script").await - script
+            ),
+            (300.0, 900.0),
+            "replicas: {replicas}: (from the index, from the script)"
+        );
+        // Remembered: a second round learns nothing.
+        assert_eq!(
+            positions(&b, &ev, &line).await,
+            expected,
+            "replicas: {replicas}"
+        );
+        assert_eq!(
+            (learned(&b, "index").await, learned(&b, "script").await),
+            (index + 300.0, script + 900.0),
+            "replicas: {replicas}: learned again"
+        );
+        // Made-up tickets are 404. Found missing on the primary they cost no script; a replica
+        // that finds nothing may be behind, so the script decides.
+        for _ in 0..50 {
+            let made_up = uuid::Uuid::new_v4().to_string();
+            assert_error(
+                b.poll(&ev, &made_up).await,
+                StatusCode::NOT_FOUND,
+                "not_found",
+            )
+            .await;
+        }
+        let scripts_for_made_up = if replicas { 50.0 } else { 0.0 };
+        assert_eq!(
+            (learned(&b, "index").await, learned(&b, "script").await),
+            (index + 300.0, script + 900.0 + scripts_for_made_up),
+            "replicas: {replicas}: made-up tickets"
+        );
+    }
 }

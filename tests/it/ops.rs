@@ -96,6 +96,8 @@ async fn metrics_show_requests_by_route_and_queue_sizes_in(form: &str) {
         "waitroom_line_figures_bytes_total",
         "waitroom_line_figures_blocks_held_total",
         r#"waitroom_remembered_forgotten_total{cache="places"}"#,
+        r#"waitroom_places_learned_total{from="index"}"#,
+        r#"waitroom_places_learned_total{from="script"}"#,
     ] {
         assert!(
             text.lines().any(|l| l.starts_with(&format!("{counter} "))),
