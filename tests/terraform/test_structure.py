@@ -391,6 +391,9 @@ def check_service(modules, root, repo: Path) -> None:
     tgs = mod.of_type("aws_lb_target_group")
     check(any(first(tg.get("health_check")).get("path") == "/healthz" for tg in tgs.values()),
           f"{mod.rel(root)}: target group health check on /healthz")
+    check(any(first(tg.get("stickiness")).get("type") == "lb_cookie" and truthy(mod, first(tg.get("stickiness")).get("enabled"))
+              for tg in tgs.values()),
+          f"{mod.rel(root)}: a client's polls go back to its task (lb_cookie stickiness, on by default)")
     listeners = mod.of_type("aws_lb_listener")
     check(listeners and all(mod.resolve(l.get("protocol")) == "HTTPS" for l in listeners.values()),
           f"{mod.rel(root)}: every load balancer listener is HTTPS")

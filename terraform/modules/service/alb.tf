@@ -48,6 +48,17 @@ resource "aws_lb_target_group" "service" {
   vpc_id               = var.vpc_id
   deregistration_delay = var.deregistration_delay
 
+  # A client's polls go back to the task that took its enter, which remembers the ticket's place
+  # and answers a poll far from the front without a Redis command. Any other task learns the
+  # place once, with a read on the event's primary (the primary that takes every enter of the
+  # event): with ten tasks and no stickiness, nine such reads per person (docs/deploy.md,
+  # "Each task remembers the line's places"). The page's polls carry the cookie by themselves.
+  stickiness {
+    type            = "lb_cookie"
+    enabled         = var.sticky_polls
+    cookie_duration = var.sticky_seconds
+  }
+
   health_check {
     path                = "/healthz"
     matcher             = "200"

@@ -156,6 +156,23 @@ variable "deregistration_delay" {
   default     = 20
 }
 
+variable "sticky_polls" {
+  description = "Send a client's requests back to the task that took its first one (an lb_cookie): its polls reach the task that remembers its place. Off, every task learns every ticket it is sent with a read on the event's primary."
+  type        = bool
+  default     = true
+}
+
+variable "sticky_seconds" {
+  description = "How long a client stays with its task (the lb_cookie's lifetime, 1 to 604800 s): longer than a sale's line lasts."
+  type        = number
+  default     = 14400
+
+  validation {
+    condition     = var.sticky_seconds >= 1 && var.sticky_seconds <= 604800
+    error_message = "sticky_seconds must be 1 to 604800 (the load balancer's bounds)."
+  }
+}
+
 variable "environment" {
   description = "Plain WAITROOM_* settings (name => value). WAITROOM_ENV, WAITROOM_HTTP_ADDR and WAITROOM_URL are set by the module."
   type        = map(string)
