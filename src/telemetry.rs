@@ -61,9 +61,11 @@ pub const NUMBERS_NOT_REPLICATED: &str = "waitroom_numbers_not_replicated_total"
 /// (`WAITROOM_REDIS_SCORE_CACHE_ENTRIES`) was full. Above 0 while the lines outgrow it: each
 /// forgotten numbered place is learned again at its next poll (`PLACES_LEARNED`).
 pub const REMEMBERED_FORGOTTEN: &str = "waitroom_remembered_forgotten_total";
-/// Counter `from` (`index`: a plain read of the index entry, the position from the line's
-/// figures; `script`: the standing script on the event's primary): polls of a numbered line
-/// whose ticket the instance did not remember, by how its number was learned.
+/// Counter `from`: polls of a numbered line whose ticket the instance did not remember, by how
+/// its place was learned. `index`: a plain read of the index entry, the position from the
+/// line's figures, no script; `script`: a standing script ran on the event's primary (near the
+/// front, after the read; a number found gone; a line wholly near the front; a line whose
+/// index is in the shards' tags).
 pub const PLACES_LEARNED: &str = "waitroom_places_learned_total";
 /// Reads of a numbered line's figures for positions computed in this instance
 /// (`lua/nl_snapshot.lua`, at most one per `WAITROOM_NUMBERED_SNAPSHOT_MS` per event and

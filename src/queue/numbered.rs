@@ -8,8 +8,9 @@
 //! ([`Durable`]: one script takes their numbers, writes their index entries and reports their
 //! standings, made durable on a replica in the same round trip). A poll of a ticket this
 //! instance remembers costs no command far from the front (the line's figures this instance
-//! holds, src/queue/snapshot.rs), one script near it; a ticket it does not know, one script
-//! that reads the index too. Lines created before the index moved into the event's slot keep
+//! holds, src/queue/snapshot.rs), one script near it; a ticket it does not know, a plain read
+//! of its index entry and then the same (`Queue::index_entry`), or, while the whole line is
+//! near the front, one script that reads the index too. Lines created before the index moved into the event's slot keep
 //! it in the shards' tags: there an enter writes its index entry after the shared number, and
 //! a poll of an unknown ticket reads the index first.
 
@@ -402,6 +403,12 @@ fn not_replicated() -> QueueError {
     )))
 }
 
+/// Counts a poll of a ticket the instance did not remember by how its place was learned
+/// (`waitroom_places_learned_total`).
+fn learned(from: &'static str) {
+    metrics::counter!(crate::telemetry::PLACES_LEARNED, "from" => from).increment(1);
+}
+
 /// `nl_status.lua`'s modes.
 #[derive(Debug, Clone, Copy)]
 enum Mode {
@@ -560,8 +567,22 @@ impl Queue {
         period: u64,
         known: bool,
     ) -> Option<u64> {
-        let figures = self
-            .snapshots
+        let figures = self.line_figures(ev).await?;
+        if known && place.n > figures.seq {
+            return None;
+        }
+        let position = figures.position(place.n)?;
+        let near = figures.near_front(place.n, numbered_horizon(&ev.config));
+        if near && place.recorded != period + 1 {
+            return None;
+        }
+        Some(position)
+    }
+
+    /// The line's figures this instance holds, read when stale (src/queue/snapshot.rs); `None`
+    /// when they are off or cannot be read.
+    async fn line_figures(&self, ev: &Event) -> Option<Arc<LineFigures>> {
+        self.snapshots
             .figures(&ev.numbered.line, |held| async move {
                 metrics::counter!(crate::telemetry::LINE_FIGURES_READS).increment(1);
                 let mut call = with_numbered_keys(&self.store.scripts().nl_snapshot, &ev.numbered);
@@ -582,16 +603,7 @@ impl Queue {
                     .increment(received.held);
                 Some(figures)
             })
-            .await?;
-        if known && place.n > figures.seq {
-            return None;
-        }
-        let position = figures.position(place.n)?;
-        let near = figures.near_front(place.n, numbered_horizon(&ev.config));
-        if near && place.recorded != period + 1 {
-            return None;
-        }
-        Some(position)
+            .await
     }
 
     /// Remembers where `ticket` stands after a standing script's reply at `period`.
@@ -756,16 +768,29 @@ impl Queue {
         }
         let member = cfg.member(ticket);
         let index = self.index_key(ev, &member);
-        if cfg.index_in_line && !mode_check && known_gone.is_none() {
-            if let Some(position) = self
-                .learned_from_index(ev, ticket, &index, &member, period)
-                .await?
-            {
-                return Ok(waiting(position, 1));
+        // A poll that learns a place this instance does not remember (see PLACES_LEARNED).
+        let learning = !mode_check && known_gone.is_none();
+        let mut spent = u32::from(known_gone.is_some());
+        if learning && cfg.index_in_line && self.far_places_in(ev).await {
+            if let Some(n) = self.index_entry(&index, &member).await? {
+                spent += 1;
+                let place = Place { n, recorded: 0 };
+                if let Some(position) = self.position_from_figures(ev, place, period, true).await {
+                    self.places.put(ticket, place);
+                    learned("index");
+                    return Ok(waiting(position, spent));
+                }
+                // Near the front (its record to keep), admitted, or gone: the number's script.
+                let reply = self.number_standing(ev, n, mode, now, None).await?;
+                spent += 1;
+                if reply.0 != 2 {
+                    learned("script");
+                    self.remember(ticket, n, reply, period);
+                    return standing(reply.0, reply.1, spent);
+                }
+                // Gone since the read, or before it: the index may hold a newer number.
+                known_gone = Some(n);
             }
-        }
-        if !mode_check && known_gone.is_none() {
-            metrics::counter!(crate::telemetry::PLACES_LEARNED, "from" => "script").increment(1);
         }
         let (n, reply, commands) = if cfg.index_in_line {
             // The index is in the script's slot: one script reads it and the number's standing.
@@ -784,6 +809,9 @@ impl Queue {
             }
             (n, self.number_standing(ev, n, mode, now, None).await?, 2)
         };
+        if learning {
+            learned("script");
+        }
         if n == 0 || known_gone == Some(n) || reply.0 == 2 {
             self.places.remove(ticket);
             if n == 0 || known_gone == Some(n) {
@@ -792,51 +820,50 @@ impl Queue {
         } else {
             self.remember(ticket, n, reply, period);
         }
-        standing(reply.0, reply.1, commands + u32::from(known_gone.is_some()))
+        standing(reply.0, reply.1, commands + spent)
     }
 
-    /// The position of a ticket this instance does not remember, from a plain read of its
-    /// index entry and the figures the instance holds: no script on the event's primary, which
-    /// takes every enter of the event. A ticket whose polls reach another instance than its
-    /// enter, or an instance started during the sale, is learned this way once per instance
-    /// (~4 µs of the primary's CPU where the standing script took ~9: benchmarks.md, "A poll on
-    /// a task that did not take the enter"). The read goes to a replica when reads are
-    /// configured to (`WAITROOM_REDIS_READ_FROM_REPLICAS`): every answered enter's entry is on
-    /// one (its batch's `WAIT`). A failed read is the poll's answer (503), as the script's
-    /// would be. Nothing found on the primary is an unknown ticket (404): an enter answers
-    /// only after its batch wrote the entry, and no entry is removed, so a flood of made-up
-    /// tickets costs the primary a read each, not a script. `None`, and the script decides,
-    /// when a replica finds nothing (it may be behind), or when the figures cannot tell (the
-    /// number near the front, where a poll is recorded; admitted; gone as read; handed out
-    /// after them). The number read is the member's, or was within the figures' age: an entry
-    /// changes only after its number is gone (`poll_numbered`), the same age a remembered
-    /// place is answered at.
-    async fn learned_from_index(
-        &self,
-        ev: &Event,
-        ticket: &Ticket,
-        index: &str,
-        member: &str,
-        period: u64,
-    ) -> Result<Option<u64>, QueueError> {
-        let n: Option<u64> = redis::cmd("HGET")
+    /// Whether a poll of a ticket this instance does not remember should read its index entry
+    /// first ([`Queue::index_entry`]) rather than run the index-reading script: only when the
+    /// figures are at hand and the line, as they hold it, reaches beyond the horizon, so that
+    /// some tickets are far from the front and answered from the figures without a script.
+    /// Where every number is near the front (a short line, or a horizon as long as the line)
+    /// each such poll runs a script anyway, and the read would only add a command.
+    async fn far_places_in(&self, ev: &Event) -> bool {
+        let Some(figures) = self.line_figures(ev).await else {
+            return false;
+        };
+        !figures.near_front(figures.seq, numbered_horizon(&ev.config))
+    }
+
+    /// A plain read of a member's index entry in the event's slot, so that a ticket this
+    /// instance does not remember is learned without a script on the event's primary, which
+    /// takes every enter of the event (a ticket whose enter another instance took, or an
+    /// instance started during the sale: ~6 µs of the primary's CPU per poll where the standing
+    /// script took 11–16, benchmarks.md, "A poll on a task that did not take the enter"). To a
+    /// replica when reads are configured to (`WAITROOM_REDIS_READ_FROM_REPLICAS`): every
+    /// answered enter's entry is on one (its batch's `WAIT`), but a replica may be behind or
+    /// failing, so there finding nothing, or an error, is `None` and the script decides. On the
+    /// primary a failed read is the poll's answer (503), as the script's would be, and nothing
+    /// found is an unknown ticket (404): an enter answers only after its batch wrote the entry,
+    /// and the service removes none (a freed line's keys go whole), so a flood of made-up
+    /// tickets costs the primary a read each, not a script.
+    ///
+    /// The number read is the member's, or was within the figures' age: an entry changes only
+    /// after its number is gone (`poll_numbered`), the age a remembered place is answered at.
+    async fn index_entry(&self, index: &str, member: &str) -> Result<Option<u64>, QueueError> {
+        let read: Result<Option<u64>, RedisError> = redis::cmd("HGET")
             .arg(index)
             .arg(member)
             .query_async(&mut self.store.reads())
-            .await?;
-        let Some(n) = n else {
-            if self.store.reads_replicas() {
-                return Ok(None);
-            }
-            return Err(QueueError::UnknownTicket);
-        };
-        let place = Place { n, recorded: 0 };
-        let Some(position) = self.position_from_figures(ev, place, period, true).await else {
-            return Ok(None);
-        };
-        self.places.put(ticket, place);
-        metrics::counter!(crate::telemetry::PLACES_LEARNED, "from" => "index").increment(1);
-        Ok(Some(position))
+            .await;
+        if self.store.reads_replicas() {
+            return Ok(read.ok().flatten());
+        }
+        match read? {
+            Some(n) => Ok(Some(n)),
+            None => Err(QueueError::UnknownTicket),
+        }
     }
 
     /// Takes `ticket` out of a numbered line, or ends its active session.

@@ -1469,7 +1469,7 @@ async fn a_numbered_line_stored_before_the_index_moved_keeps_its_index_in_the_sh
             app.leave(ev, &line[9].1).await.status(),
             StatusCode::NO_CONTENT
         );
-        // `other` learned these places from the index and its figures just now: it sees a
+        // `other` read the line's figures just now, as it learned these places: it sees a
         // leave through `app` within the figures' age (WAITROOM_NUMBERED_SNAPSHOT_MS).
         let (other_ref, leaver) = (&other, &line[9].1);
         eventually(
