@@ -1949,3 +1949,43 @@ async fn a_poll_on_another_instance_learns_a_far_place_without_a_script() {
         );
     }
 }
+
+/// Polls that sent at most one Redis command to find a position (the commands-per-poll
+/// histogram's bucket `le="1"`, `global_counter`), through `app`'s process.
+async fn polls_of_one_command_at_most(app: &TestApp) -> f64 {
+    app.metric(r#"waitroom_redis_commands_per_poll_bucket{strategy="global_counter",le="1"}"#)
+        .await
+}
+
+/// While the whole line is near the front (here 100 people, a horizon of 1,000 numbers), an
+/// instance that does not remember a ticket sends the one script that reads the index, and no
+/// read before it: a read could save no script there, only add a command.
+#[tokio::test]
+async fn a_line_wholly_near_the_front_is_learned_in_one_command() {
+    let prefix = unique("t");
+    let a = spawn_app_with(|c| c.redis.key_prefix = prefix.clone()).await;
+    let ev = unique("e");
+    a.create_event(
+        &ev,
+        json!({"line_form": "numbered", "shards": 1, "admit_per_second": 0}),
+    )
+    .await;
+    let line = tickets_entered(&a, &ev, 100).await;
+    let b = spawn_app_with(|c| c.redis.key_prefix = prefix.clone()).await;
+    let (one, script) = (
+        polls_of_one_command_at_most(&b).await,
+        learned(&b, "script").await,
+    );
+    let mut places = positions(&b, &ev, &line).await;
+    places.sort();
+    assert_eq!(places, (1..=100).collect::<Vec<u64>>());
+    assert_eq!(
+        (
+            polls_of_one_command_at_most(&b).await - one,
+            learned(&b, "script").await - script,
+            learned(&b, "index").await
+        ),
+        (100.0, 100.0, 0.0),
+        "(polls of one command at most, learned by the script, learned from the index)"
+    );
+}
