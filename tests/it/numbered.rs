@@ -470,10 +470,15 @@ async fn numbered_event_with(
 
 /// A new numbered event (4 shards, admission held back) on `app`'s instance.
 async fn new_numbered_event(app: &TestApp) -> String {
+    numbered_event_of(app, 4).await
+}
+
+/// A numbered event of `shards` shards made through `app`, admission held back.
+async fn numbered_event_of(app: &TestApp, shards: u32) -> String {
     let ev = unique("e");
     app.create_event(
         &ev,
-        json!({"line_form": "numbered", "shards": 4, "admit_per_second": 0}),
+        json!({"line_form": "numbered", "shards": shards, "admit_per_second": 0}),
     )
     .await;
     ev
@@ -959,12 +964,17 @@ async fn an_edge_reached_with_the_room_full_is_kept_through_a_pause() {
 /// histogram's bucket `le="0"`, `global_counter`). The recorder is the process's: nextest runs
 /// each test in a process of its own, and the test below reads it around polls of one instance.
 async fn polls_without_a_command(app: &TestApp) -> u64 {
-    let text = app.metrics().await;
-    let prefix = r#"waitroom_redis_commands_per_poll_bucket{strategy="global_counter",le="0"} "#;
-    text.lines()
-        .find_map(|l| l.strip_prefix(prefix))
-        .map(|v| v.trim().parse::<u64>().unwrap())
-        .unwrap_or(0)
+    polls_sending_at_most(app, 0).await as u64
+}
+
+/// How many polls sent at most `commands` Redis commands to find a position (the
+/// commands-per-poll histogram's bucket `le="<commands>"`, `global_counter`), through `app`'s
+/// process.
+async fn polls_sending_at_most(app: &TestApp, commands: u32) -> f64 {
+    app.metric(&format!(
+        r#"waitroom_redis_commands_per_poll_bucket{{strategy="global_counter",le="{commands}"}}"#
+    ))
+    .await
 }
 
 /// Polls every ticket through `app`; returns their positions in order (0: not waiting).
@@ -1881,13 +1891,8 @@ async fn learned(app: &TestApp, from: &str) -> f64 {
 async fn a_poll_on_another_instance_learns_a_far_place_without_a_script() {
     let prefix = unique("t");
     let a = spawn_app_with(|c| c.redis.key_prefix = prefix.clone()).await;
-    let ev = unique("e");
     // One shard: the horizon is the first 1,000 numbers. Admission held back.
-    a.create_event(
-        &ev,
-        json!({"line_form": "numbered", "shards": 1, "admit_per_second": 0}),
-    )
-    .await;
+    let ev = numbered_event_of(&a, 1).await;
     let mut line = enter_by_hundreds(&a, &ev, 1300).await;
     line.sort();
     assert_eq!(
@@ -1950,13 +1955,6 @@ async fn a_poll_on_another_instance_learns_a_far_place_without_a_script() {
     }
 }
 
-/// Polls that sent at most one Redis command to find a position (the commands-per-poll
-/// histogram's bucket `le="1"`, `global_counter`), through `app`'s process.
-async fn polls_of_one_command_at_most(app: &TestApp) -> f64 {
-    app.metric(r#"waitroom_redis_commands_per_poll_bucket{strategy="global_counter",le="1"}"#)
-        .await
-}
-
 /// While the whole line is near the front (here 100 people, a horizon of 1,000 numbers), an
 /// instance that does not remember a ticket sends the one script that reads the index, and no
 /// read before it: a read could save no script there, only add a command.
@@ -1964,16 +1962,11 @@ async fn polls_of_one_command_at_most(app: &TestApp) -> f64 {
 async fn a_line_wholly_near_the_front_is_learned_in_one_command() {
     let prefix = unique("t");
     let a = spawn_app_with(|c| c.redis.key_prefix = prefix.clone()).await;
-    let ev = unique("e");
-    a.create_event(
-        &ev,
-        json!({"line_form": "numbered", "shards": 1, "admit_per_second": 0}),
-    )
-    .await;
+    let ev = numbered_event_of(&a, 1).await;
     let line = tickets_entered(&a, &ev, 100).await;
     let b = spawn_app_with(|c| c.redis.key_prefix = prefix.clone()).await;
     let (one, script) = (
-        polls_of_one_command_at_most(&b).await,
+        polls_sending_at_most(&b, 1).await,
         learned(&b, "script").await,
     );
     let mut places = positions(&b, &ev, &line).await;
@@ -1981,7 +1974,7 @@ async fn a_line_wholly_near_the_front_is_learned_in_one_command() {
     assert_eq!(places, (1..=100).collect::<Vec<u64>>());
     assert_eq!(
         (
-            polls_of_one_command_at_most(&b).await - one,
+            polls_sending_at_most(&b, 1).await - one,
             learned(&b, "script").await - script,
             learned(&b, "index").await
         ),
